@@ -1,0 +1,80 @@
+"""Topic administration: create, describe and wait for topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sparkiq.errors import KafkaError, TopicNotFoundError
+
+
+def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
+    conf = {"bootstrap.servers": bootstrap_servers}
+    conf.update(extra or {})
+    return AdminClient(conf)
+
+
+def create_topic(
+    bootstrap_servers: str,
+    name: str,
+    partitions: int,
+    *,
+    config: Mapping[str, str] | None = None,
+    exist_ok: bool = True,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create *name* with *partitions* partitions (replication 1 on the dev broker)."""
+    if partitions < 1:
+        raise KafkaError(f"topic {name!r} needs at least one partition, got {partitions}")
+    admin = admin_client(bootstrap_servers)
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, 1, config=dict(config or {}))],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    for topic, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            err = exc.args[0]
+            if exist_ok and err.name() == "TOPIC_ALREADY_EXISTS":
+                continue
+            raise KafkaError(f"cannot create topic {topic!r}: {err.str()}") from exc
+    wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s)
+
+
+def partition_count(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
+    """Number of partitions of *topic*; TopicNotFoundError if it does not exist."""
+    admin = admin_client(bootstrap_servers)
+    try:
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaError(f"cannot read metadata of topic {topic!r}: {exc}") from exc
+    info = md.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise TopicNotFoundError(
+            f"topic {topic!r} does not exist on {bootstrap_servers}; create it first"
+        )
+    return len(info.partitions)
+
+
+def list_topics(bootstrap_servers: str, *, timeout_s: float = 10.0) -> dict[str, int]:
+    """Every topic on the cluster with its partition count."""
+    admin = admin_client(bootstrap_servers)
+    md = admin.list_topics(timeout=timeout_s)
+    return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+
+def wait_for_topic(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
+    """Wait until *topic* shows in metadata with its partitions; returns the count."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return partition_count(bootstrap_servers, topic, timeout_s=min(timeout_s, 5.0))
+        except TopicNotFoundError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)

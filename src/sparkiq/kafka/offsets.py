@@ -1,0 +1,96 @@
+"""End offsets that can be trusted, also on the dev broker.
+
+The dev broker reports a partition's high watermark as the base offset of the last record
+batch + 1, not the last offset + 1 (../shared/BASELINES.md). A reader that stops at the
+reported end misses the tail of the last batch. `true_end_offsets` reads from the reported
+end - 1 and takes the last offset actually returned + 1; on real Kafka this gives the same
+answer as the watermark.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import KafkaError as CKafkaError
+
+TopicPartitionKey = tuple[str, int]
+
+# librdkafka settings that make a short read of a partition tail return at once.
+_PROBE_CONF: Mapping[str, object] = {
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "fetch.wait.max.ms": 10,
+    "auto.offset.reset": "latest",
+}
+
+
+def probe_consumer(bootstrap_servers: str) -> Consumer:
+    """A group-less consumer for offset look-ups."""
+    conf = {"bootstrap.servers": bootstrap_servers, "group.id": f"sparkiq-probe-{uuid.uuid4()}"}
+    conf.update(_PROBE_CONF)
+    return Consumer(conf)
+
+
+def watermarks(
+    consumer: Consumer, partitions: Iterable[TopicPartitionKey], timeout_s: float = 10.0
+) -> dict[TopicPartitionKey, tuple[int, int]]:
+    """(low, reported high) watermark per partition, as the broker reports them."""
+    return {
+        (t, p): tuple(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s))  # type: ignore[misc]
+        for t, p in partitions
+    }
+
+
+def true_end_offsets(
+    bootstrap_servers: str,
+    partitions: Iterable[TopicPartitionKey],
+    *,
+    timeout_s: float = 10.0,
+    consumer: Consumer | None = None,
+) -> dict[TopicPartitionKey, int]:
+    """The offset after the last record of each partition (0 for an empty one)."""
+    own = consumer is None
+    c = consumer if consumer is not None else probe_consumer(bootstrap_servers)
+    try:
+        marks = watermarks(c, partitions, timeout_s)
+        ends: dict[TopicPartitionKey, int] = {}
+        to_probe: dict[TopicPartitionKey, int] = {}
+        for tp, (low, high) in marks.items():
+            if high <= low:
+                ends[tp] = high
+            else:
+                ends[tp] = high
+                to_probe[tp] = high - 1
+        if to_probe:
+            _read_tails(c, to_probe, ends, timeout_s)
+        return ends
+    finally:
+        if own:
+            c.close()
+
+
+def _read_tails(
+    consumer: Consumer,
+    starts: Mapping[TopicPartitionKey, int],
+    ends: dict[TopicPartitionKey, int],
+    timeout_s: float,
+) -> None:
+    consumer.assign([TopicPartition(t, p, off) for (t, p), off in starts.items()])
+    pending = set(starts)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+                tp = (msg.topic(), msg.partition())
+                err = msg.error()
+                if err is not None:
+                    if err.code() == CKafkaError._PARTITION_EOF:
+                        ends[tp] = max(ends[tp], msg.offset())
+                        pending.discard(tp)
+                    continue
+                ends[tp] = max(ends[tp], msg.offset() + 1)
+    finally:
+        consumer.unassign()

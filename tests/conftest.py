@@ -1,0 +1,34 @@
+"""Shared fixtures: one dev broker per test session, unique topic names, free ports."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sparkiq.broker import DevBroker, free_port
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[DevBroker]:
+    with DevBroker() as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: DevBroker) -> str:
+    return broker.bootstrap_servers
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    def make(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+    return make
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
