@@ -6,13 +6,14 @@ import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from sparkiq.errors import KafkaError, TopicNotFoundError
 
 
 def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
-    conf = {"bootstrap.servers": bootstrap_servers}
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
     conf.update(extra or {})
     return AdminClient(conf)
 

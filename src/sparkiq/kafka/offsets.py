@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError as CKafkaError
 TopicPartitionKey = tuple[str, int]
 
 # librdkafka settings that make a short read of a partition tail return at once.
-_PROBE_CONF: Mapping[str, object] = {
+_PROBE_CONF: Mapping[str, str | int | float | bool] = {
     "enable.auto.commit": False,
     "enable.partition.eof": True,
     "fetch.wait.max.ms": 10,
@@ -29,7 +29,10 @@ _PROBE_CONF: Mapping[str, object] = {
 
 def probe_consumer(bootstrap_servers: str) -> Consumer:
     """A group-less consumer for offset look-ups."""
-    conf = {"bootstrap.servers": bootstrap_servers, "group.id": f"sparkiq-probe-{uuid.uuid4()}"}
+    conf: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"sparkiq-probe-{uuid.uuid4()}",
+    }
     conf.update(_PROBE_CONF)
     return Consumer(conf)
 
@@ -84,13 +87,16 @@ def _read_tails(
     try:
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=10_000, timeout=0.2):
-                tp = (msg.topic(), msg.partition())
+                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+                if topic is None or partition is None or offset is None:
+                    continue
+                tp = (topic, partition)
                 err = msg.error()
                 if err is not None:
                     if err.code() == CKafkaError._PARTITION_EOF:
-                        ends[tp] = max(ends[tp], msg.offset())
+                        ends[tp] = max(ends[tp], offset)
                         pending.discard(tp)
                     continue
-                ends[tp] = max(ends[tp], msg.offset() + 1)
+                ends[tp] = max(ends[tp], offset + 1)
     finally:
         consumer.unassign()
