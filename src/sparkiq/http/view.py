@@ -1,0 +1,59 @@
+"""What the HTTP layer may see of its node: tables, placements, readable stores, metadata.
+
+`sparkiq.node.Node` implements `NodeView`; tests may implement it with real stores and a
+fixed placement. The HTTP layer decides, per request, to read locally, forward, wait or fail;
+the view only reports facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from sparkiq.queries import ReplicaRole
+from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
+
+if TYPE_CHECKING:
+    from sparkiq.store import PartitionStore
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one changelog partition lives, seen from this node."""
+
+    tp: TopicPartition
+    active: str | None  # URL of the active node (may be this node's own URL); None = unassigned
+    standbys: tuple[str, ...] = ()
+    local_role: ReplicaRole | None = None  # this node's replica, if it has one
+    local_ready: bool = False  # True once the local replica has restored (may serve)
+    local_offset: int | None = None  # next changelog offset the local replica will apply
+    local_lag: int | None = None  # offsets behind the changelog end
+
+    @property
+    def is_local_active(self) -> bool:
+        return self.local_role is ReplicaRole.ACTIVE and self.local_ready
+
+
+class NodeView(Protocol):
+    """The facts the HTTP layer reads from its node."""
+
+    @property
+    def url(self) -> str: ...
+
+    def table(self, name: str) -> TableDef | None: ...
+
+    def tables(self) -> Sequence[TableDef]: ...
+
+    def placement(self, tp: TopicPartition) -> Placement: ...
+
+    def store(self, tp: TopicPartition) -> PartitionStore | None: ...
+
+    def metadata(self) -> dict[str, object]: ...
+
+    def is_ready(self) -> bool: ...
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when the cluster map or a local replica's state changes, or after timeout_s."""
+        ...
