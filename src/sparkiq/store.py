@@ -1,0 +1,332 @@
+"""Local state: one RocksDB per (table, partition), and the state dir that holds them.
+
+A `PartitionStore` keeps a changelog partition's latest value per store key, plus the offset
+checkpoint (`next_offset`, the next changelog offset to apply). Data and checkpoint are
+written in one RocksDB write batch, so after any crash the store reflects exactly the
+changelog prefix its checkpoint names and a restart replays only the tail.
+
+Layout of a node's state dir (`StoreRegistry`)::
+
+    <state_dir>/<table name>/<partition>/      one RocksDB database
+        column family "default"                store key -> wire value
+        column family "meta"                   b"next_offset" -> 8-byte big-endian offset
+                                               b"table" -> TableDef JSON it was written for
+
+The checkpoint and table definition live in their own column family so no store key can
+collide with them and scans never see them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from rocksdict import AccessType, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
+
+from sparkiq.errors import CatalogError, StateDirMismatchError, StoreError
+from sparkiq.tables import TableDef
+
+log = logging.getLogger(__name__)
+
+_META_CF = "meta"
+_OFFSET_KEY = b"next_offset"
+_TABLE_KEY = b"table"
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    # A node holds many small stores on a 2-core box: keep RocksDB's own threads modest.
+    opts.set_max_background_jobs(2)
+    return opts
+
+
+def _write_options() -> WriteOptions:
+    # WAL on, sync off. Every batch reaches the WAL in the OS page cache before `write`
+    # returns, so a crash of the *process* loses nothing. A crash of the *machine* may lose
+    # the last batches, but each batch carries its own checkpoint, so data and offset are
+    # lost together and the restart replays them from Kafka (the source of truth). An fsync
+    # per batch would cost far more than re-reading a few batches. `close()` syncs the WAL,
+    # so a clean shutdown is fully durable.
+    wo = WriteOptions()
+    wo.sync = False
+    return wo
+
+
+def _compatible(a: TableDef, b: TableDef) -> bool:
+    """Whether data written for *a* can be served as *b* (descriptions may differ)."""
+    return (
+        a.topic == b.topic
+        and a.partitions == b.partitions
+        and a.key_format == b.key_format
+        and a.value_format == b.value_format
+        and a.kind == b.kind
+        and a.window_size_ms == b.window_size_ms
+        and a.key_schema == b.key_schema
+        and a.value_schema == b.value_schema
+    )
+
+
+def _mismatch(path: Path, written: TableDef | str, wanted: TableDef) -> StateDirMismatchError:
+    if isinstance(written, TableDef):
+        what = (
+            f"table {written.name!r} (topic {written.topic!r}, {written.partitions} partitions, "
+            f"{written.kind.value}, keys {written.key_format.value}, "
+            f"values {written.value_format.value})"
+        )
+    else:
+        what = written
+    return StateDirMismatchError(
+        f"state dir {path} was written for {what}, not for table {wanted.name!r} "
+        f"(topic {wanted.topic!r}, {wanted.partitions} partitions, {wanted.kind.value}, "
+        f"keys {wanted.key_format.value}, values {wanted.value_format.value}); "
+        "delete it or pass another --state-dir"
+    )
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with *prefix* (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class PartitionStore:
+    """One RocksDB directory holding one changelog partition of one table."""
+
+    def __init__(self, path: Path, table: TableDef, partition: int) -> None:
+        if not 0 <= partition < table.partitions:
+            raise StoreError(
+                f"table {table.name!r} has partitions 0..{table.partitions - 1}, "
+                f"not {partition}; check the table definition"
+            )
+        self.path = path
+        self.table = table
+        self.partition = partition
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
+        except Exception as exc:
+            raise StoreError(
+                f"cannot open the store at {path}: {exc}; is another node using the same "
+                "--state-dir? Stop it or pass another --state-dir"
+            ) from exc
+        # Both the column family handle and the column family view keep the database (and
+        # its LOCK file) alive until dropped, so `_release` drops them explicitly.
+        self._meta_cf: ColumnFamily | None = self._db.get_column_family_handle(_META_CF)
+        self._meta = self._db.get_column_family(_META_CF)
+        try:
+            self._check_table(path, table)
+            raw = self._meta.get(_OFFSET_KEY)
+        except BaseException:
+            self._release()
+            raise
+        self._next_offset: int | None = int.from_bytes(raw, "big") if raw is not None else None
+        self._wo = _write_options()
+        self._closed = False
+
+    def _check_table(self, path: Path, table: TableDef) -> None:
+        raw = self._meta.get(_TABLE_KEY)
+        if raw is not None:
+            try:
+                written: TableDef | str = TableDef.from_json(raw)
+            except CatalogError:
+                written = "an unreadable table definition"
+            if not isinstance(written, TableDef) or not _compatible(written, table):
+                raise _mismatch(path, written, table)
+            if written == table:
+                return
+        # New store, or a compatible definition whose free-text fields changed.
+        self._meta.put(_TABLE_KEY, table.to_json())
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, store_key: bytes) -> bytes | None:
+        value: bytes | None = self._db.get(store_key)
+        return value
+
+    def multi_get(self, store_keys: Sequence[bytes]) -> list[bytes | None]:
+        if not store_keys:
+            return []
+        values = self._db.get(list(store_keys))
+        return values if values is not None else [None] * len(store_keys)
+
+    def scan(
+        self,
+        *,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        prefix: bytes | None = None,
+        after: bytes | None = None,
+        limit: int,
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to *limit* (key, value) pairs in store-key order.
+
+        Keys are >= *lo* and <= *hi* (both inclusive), start with *prefix*, and are strictly
+        greater than the cursor *after* (the last key of the previous page).
+        """
+        if limit <= 0:
+            return []
+        start = lo or b""
+        if prefix is not None and prefix > start:
+            start = prefix
+        skip_equal: bytes | None = None
+        if after is not None and after >= start:
+            # The cursor itself was already returned: seek to it and step over it.
+            start = after
+            skip_equal = after
+        stop_before = _prefix_end(prefix) if prefix else None
+        it = self._db.iter()
+        it.seek(start)
+        out: list[tuple[bytes, bytes]] = []
+        while it.valid():
+            key: bytes = it.key()
+            if hi is not None and key > hi:
+                break
+            if stop_before is not None and key >= stop_before:
+                break
+            if key != skip_equal:
+                out.append((key, it.value()))
+                if len(out) >= limit:
+                    break
+            it.next()
+        return out
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(self, records: Sequence[tuple[bytes, bytes | None]], next_offset: int) -> None:
+        """Write store keys -> wire values (None deletes) and the checkpoint, atomically."""
+        wb = WriteBatch(raw_mode=True)
+        for key, value in records:
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+        if self._meta_cf is None:
+            raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
+        wb.put(_OFFSET_KEY, next_offset.to_bytes(8, "big"), self._meta_cf)
+        try:
+            self._db.write(wb, self._wo)
+        except Exception as exc:
+            raise StoreError(
+                f"cannot write to the store at {self.path}: {exc}; check free disk space and "
+                "permissions of the --state-dir"
+            ) from exc
+        self._next_offset = next_offset
+
+    @property
+    def next_offset(self) -> int | None:
+        """The next changelog offset to apply (None: nothing applied yet)."""
+        return self._next_offset
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._db.flush_wal(True)
+        self._release()
+
+    def _release(self) -> None:
+        self._meta_cf = None
+        self._meta.close()
+        self._db.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionStore({self.table.name!r}, partition={self.partition}, "
+            f"next_offset={self._next_offset})"
+        )
+
+
+def read_checkpoint(path: Path) -> int | None:
+    """The checkpoint of a store that is not open, read without taking its lock."""
+    try:
+        db = Rdict(
+            str(path),
+            Options(raw_mode=True),
+            column_families={_META_CF: Options(raw_mode=True)},
+            access_type=AccessType.read_only(False),
+        )
+    except Exception:
+        return None
+    try:
+        meta = db.get_column_family(_META_CF)
+        try:
+            raw = meta.get(_OFFSET_KEY)
+        finally:
+            meta.close()
+        return int.from_bytes(raw, "big") if raw is not None else None
+    finally:
+        db.close()
+
+
+class StoreRegistry:
+    """A node's state dir: opens, caches and closes its partition stores."""
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._open: dict[tuple[str, int], PartitionStore] = {}
+        self._lock = threading.Lock()
+
+    def path_for(self, table_name: str, partition: int) -> Path:
+        return self.state_dir / table_name / str(partition)
+
+    def open(self, table: TableDef, partition: int) -> PartitionStore:
+        """The store of (table, partition), opened once and shared until closed."""
+        key = (table.name, partition)
+        with self._lock:
+            store = self._open.get(key)
+            if store is not None:
+                if not _compatible(store.table, table):
+                    raise _mismatch(store.path, store.table, table)
+                return store
+            store = PartitionStore(self.path_for(table.name, partition), table, partition)
+            self._open[key] = store
+            return store
+
+    def get(self, table_name: str, partition: int) -> PartitionStore | None:
+        """The store of (table, partition) if it is open."""
+        with self._lock:
+            return self._open.get((table_name, partition))
+
+    def close(self, table_name: str, partition: int) -> None:
+        """Close a store and leave it on disk (a later open resumes from its checkpoint)."""
+        with self._lock:
+            store = self._open.pop((table_name, partition), None)
+        if store is not None:
+            store.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            stores, self._open = list(self._open.values()), {}
+        for store in stores:
+            store.close()
+
+    def on_disk(self) -> dict[tuple[str, int], int]:
+        """(table name, partition) -> next_offset of every store in the state dir."""
+        with self._lock:
+            open_now = dict(self._open)
+        found: dict[tuple[str, int], int] = {}
+        for table_dir in sorted(self.state_dir.iterdir()):
+            if not table_dir.is_dir():
+                continue
+            for part_dir in sorted(table_dir.iterdir()):
+                if not (part_dir.is_dir() and part_dir.name.isdigit()):
+                    continue
+                key = (table_dir.name, int(part_dir.name))
+                store = open_now.get(key)
+                offset = store.next_offset if store is not None else read_checkpoint(part_dir)
+                if offset is not None:
+                    found[key] = offset
+        return found

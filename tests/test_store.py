@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkiq.errors import StateDirMismatchError, StoreError
+from sparkiq.store import PartitionStore, StoreRegistry
+from sparkiq.tables import Format, TableDef, TableKind
+
+TABLE = TableDef(name="users", topic="users-changelog", partitions=3)
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[StoreRegistry]:
+    reg = StoreRegistry(tmp_path / "state")
+    yield reg
+    reg.close_all()
+
+
+def _fill(store: PartitionStore, keys: list[bytes]) -> None:
+    store.apply([(k, b"v:" + k) for k in keys], next_offset=len(keys))
+
+
+def test_get_multi_get_and_tombstones(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    store.apply([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")], next_offset=3)
+    store.apply([(b"b", None), (b"a", b"1b"), (b"zz", None)], next_offset=6)
+
+    assert store.get(b"a") == b"1b"
+    assert store.get(b"b") is None
+    assert store.get(b"zz") is None
+    assert store.multi_get([b"c", b"b", b"a", b"nope"]) == [b"3", None, b"1b", None]
+    assert store.multi_get([]) == []
+    assert store.next_offset == 6
+
+
+def test_later_record_in_one_batch_wins(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    store.apply([(b"k", b"1"), (b"k", None), (b"k", b"3"), (b"j", b"1"), (b"j", None)], 5)
+    assert store.get(b"k") == b"3"
+    assert store.get(b"j") is None
+
+
+def test_empty_store_has_no_checkpoint(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 1)
+    assert store.next_offset is None
+    assert store.scan(limit=10) == []
+    assert registry.on_disk() == {}
+
+
+def test_checkpoint_survives_close_and_reopen(registry: StoreRegistry, tmp_path: Path) -> None:
+    store = registry.open(TABLE, 2)
+    store.apply([(b"x", b"1")], next_offset=41)
+    store.apply([(b"y", b"2")], next_offset=42)
+    registry.close(TABLE.name, 2)
+    assert store.is_closed
+
+    # A new registry over the same dir, as after a node restart.
+    again = StoreRegistry(registry.state_dir)
+    assert again.on_disk() == {("users", 2): 42}
+    reopened = again.open(TABLE, 2)
+    assert reopened is not store
+    assert reopened.next_offset == 42
+    assert reopened.get(b"x") == b"1"
+    assert reopened.get(b"y") == b"2"
+    again.close_all()
+
+
+def test_checkpoint_is_invisible_to_scans(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    store.apply([(b"next_offset", b"user-data"), (b"table", b"also-user-data")], next_offset=9)
+    assert store.scan(limit=100) == [(b"next_offset", b"user-data"), (b"table", b"also-user-data")]
+    assert store.next_offset == 9
+
+
+def test_on_disk_lists_open_and_closed_stores(registry: StoreRegistry) -> None:
+    other = dataclasses.replace(TABLE, name="orders", topic="orders-changelog")
+    registry.open(TABLE, 0).apply([(b"a", b"1")], 7)
+    registry.open(other, 1).apply([(b"a", b"1")], 3)
+    registry.close("orders", 1)
+    registry.open(TABLE, 2)  # no checkpoint yet: not listed
+    assert registry.on_disk() == {("users", 0): 7, ("orders", 1): 3}
+
+
+def test_open_returns_the_same_store_until_closed(registry: StoreRegistry) -> None:
+    assert registry.open(TABLE, 0) is registry.open(TABLE, 0)
+    assert registry.get(TABLE.name, 0) is not None
+    registry.close(TABLE.name, 0)
+    assert registry.get(TABLE.name, 0) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"topic": "other-topic"},
+        {"partitions": 6},
+        {"key_format": Format.LONG},
+        {"value_format": Format.STRING},
+        {"kind": TableKind.WINDOWED, "window_size_ms": 60_000},
+    ],
+)
+def test_mismatched_table_is_refused_with_the_fix(
+    registry: StoreRegistry, change: dict[str, object]
+) -> None:
+    registry.open(TABLE, 0).apply([(b"a", b"1")], 1)
+    registry.close(TABLE.name, 0)
+    changed = dataclasses.replace(TABLE, **change)  # type: ignore[arg-type]
+
+    with pytest.raises(StateDirMismatchError) as info:
+        registry.open(changed, 0)
+    message = str(info.value)
+    assert str(registry.path_for("users", 0)) in message
+    assert "delete it or pass another --state-dir" in message
+    # The refused open left the store usable for its own table.
+    assert registry.open(TABLE, 0).get(b"a") == b"1"
+
+
+def test_mismatch_is_also_detected_while_open(registry: StoreRegistry) -> None:
+    registry.open(TABLE, 0)
+    with pytest.raises(StateDirMismatchError):
+        registry.open(dataclasses.replace(TABLE, topic="elsewhere"), 0)
+
+
+def test_description_change_is_compatible(registry: StoreRegistry) -> None:
+    registry.open(TABLE, 0).apply([(b"a", b"1")], 1)
+    registry.close(TABLE.name, 0)
+    described = dataclasses.replace(TABLE, description="now documented")
+    assert registry.open(described, 0).get(b"a") == b"1"
+
+
+def test_partition_out_of_range(registry: StoreRegistry) -> None:
+    with pytest.raises(StoreError, match=r"partitions 0\.\.2"):
+        registry.open(TABLE, 3)
+
+
+def test_second_process_handle_on_same_dir_is_refused(
+    registry: StoreRegistry, tmp_path: Path
+) -> None:
+    registry.open(TABLE, 0)
+    with pytest.raises(StoreError, match="another --state-dir"):
+        PartitionStore(registry.path_for("users", 0), TABLE, 0)
+
+
+# -- scans ---------------------------------------------------------------------------------
+
+KEYS = [b"a", b"ab", b"abc", b"ab\xff", b"ab\xff\x00", b"ac", b"b", b"\xff", b"\xff\xff\x01"]
+
+
+@pytest.fixture
+def filled(registry: StoreRegistry) -> PartitionStore:
+    store = registry.open(TABLE, 0)
+    _fill(store, KEYS)
+    return store
+
+
+def _keys(rows: list[tuple[bytes, bytes]]) -> list[bytes]:
+    return [k for k, _ in rows]
+
+
+def test_scan_everything_in_key_order(filled: PartitionStore) -> None:
+    rows = filled.scan(limit=100)
+    assert _keys(rows) == sorted(KEYS)
+    assert all(v == b"v:" + k for k, v in rows)
+
+
+def test_scan_bounds_are_inclusive(filled: PartitionStore) -> None:
+    assert _keys(filled.scan(lo=b"ab", hi=b"ac", limit=100)) == [
+        b"ab",
+        b"abc",
+        b"ab\xff",
+        b"ab\xff\x00",
+        b"ac",
+    ]
+    assert _keys(filled.scan(lo=b"aa", hi=b"aaz", limit=100)) == []
+    assert _keys(filled.scan(lo=b"b", hi=b"b", limit=100)) == [b"b"]
+    assert _keys(filled.scan(lo=b"c", hi=b"a", limit=100)) == []
+
+
+def test_scan_prefix(filled: PartitionStore) -> None:
+    assert _keys(filled.scan(prefix=b"ab", limit=100)) == [b"ab", b"abc", b"ab\xff", b"ab\xff\x00"]
+    assert _keys(filled.scan(prefix=b"ab\xff", limit=100)) == [b"ab\xff", b"ab\xff\x00"]
+    assert _keys(filled.scan(prefix=b"\xff", limit=100)) == [b"\xff", b"\xff\xff\x01"]
+    assert _keys(filled.scan(prefix=b"\xff\xff", limit=100)) == [b"\xff\xff\x01"]
+    assert _keys(filled.scan(prefix=b"zz", limit=100)) == []
+    # prefix and bounds together
+    assert _keys(filled.scan(prefix=b"a", lo=b"abc", hi=b"ab\xff\x00", limit=100)) == [
+        b"abc",
+        b"ab\xff",
+        b"ab\xff\x00",
+    ]
+
+
+def test_scan_limit_and_cursor(filled: PartitionStore) -> None:
+    assert filled.scan(limit=0) == []
+    assert _keys(filled.scan(limit=2)) == [b"a", b"ab"]
+    assert _keys(filled.scan(after=b"ab", limit=2)) == [b"abc", b"ab\xff"]
+    # A cursor that is not a stored key still resumes after it.
+    assert _keys(filled.scan(after=b"aa", limit=1)) == [b"ab"]
+    # A cursor below lo is ignored; past hi gives nothing.
+    assert _keys(filled.scan(lo=b"b", after=b"a", limit=2)) == [b"b", b"\xff"]
+    assert _keys(filled.scan(hi=b"b", after=b"b", limit=5)) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    keys=st.sets(st.binary(min_size=1, max_size=4), max_size=60),
+    page=st.integers(min_value=1, max_value=7),
+    prefix=st.one_of(st.none(), st.binary(min_size=1, max_size=2)),
+    lo=st.one_of(st.none(), st.binary(max_size=3)),
+    hi=st.one_of(st.none(), st.binary(max_size=3)),
+)
+def test_cursor_paging_covers_each_key_exactly_once(
+    tmp_path_factory: pytest.TempPathFactory,
+    keys: set[bytes],
+    page: int,
+    prefix: bytes | None,
+    lo: bytes | None,
+    hi: bytes | None,
+) -> None:
+    reg = StoreRegistry(tmp_path_factory.mktemp("paging"))
+    try:
+        store = reg.open(TABLE, 0)
+        _fill(store, sorted(keys))
+        expected = sorted(
+            k
+            for k in keys
+            if (prefix is None or k.startswith(prefix))
+            and (lo is None or k >= lo)
+            and (hi is None or k <= hi)
+        )
+        seen: list[bytes] = []
+        cursor: bytes | None = None
+        while True:
+            rows = store.scan(lo=lo, hi=hi, prefix=prefix, after=cursor, limit=page)
+            seen.extend(_keys(rows))
+            if len(rows) < page:
+                break
+            cursor = rows[-1][0]
+        assert seen == expected
+    finally:
+        reg.close_all()
