@@ -1,0 +1,5 @@
+"""`python -m sparkiq` runs the command line."""
+
+from sparkiq.cli import main
+
+main()

@@ -1,0 +1,304 @@
+"""The Python client: routes each key straight to the node that owns it.
+
+The client reads `GET /v1/metadata` from any node, computes a key's partition with Kafka's
+partitioner (as the nodes do) and sends the request to that partition's active node. When
+the map is stale (the node is gone, answers 503, or has moved the partition) it refreshes the
+map and falls back to any node, which forwards. Errors are `ClientError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from sparkiq.errors import ClientError, FormatError, SparkiqError
+from sparkiq.partitioner import partition_for
+from sparkiq.serde import key_codec
+from sparkiq.tables import Format, TableDef, TableKind
+
+_RETRYABLE = frozenset({502, 503, 504})
+
+
+@dataclass
+class _Routes:
+    tables: dict[str, TableDef] = field(default_factory=dict)
+    active: dict[tuple[str, int], str] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)
+    fetched_at: float = 0.0
+
+
+def _key_text(key: object) -> str:
+    if isinstance(key, bytes):
+        return key.decode()
+    if isinstance(key, (dict, list)):
+        return orjson.dumps(key).decode()
+    return str(key)
+
+
+class Client:
+    """A sparkiq client over HTTP; `urls` are any nodes of the cluster."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        timeout_s: float = 5.0,
+        budget_s: float = 10.0,
+        max_lag: int | None = None,
+        refresh_interval_s: float = 30.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        seeds = [urls] if isinstance(urls, str) else list(urls)
+        if not seeds:
+            raise ClientError("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
+        self._seeds = [u.rstrip("/") for u in seeds]
+        self._budget_s = budget_s
+        self._max_lag = max_lag
+        self._refresh_interval_s = refresh_interval_s
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+        self._routes = _Routes(nodes=list(self._seeds))
+        self._rr = itertools.count()
+
+    # ---- public API -----------------------------------------------------------------
+
+    def tables(self) -> list[dict[str, Any]]:
+        tables: list[dict[str, Any]] = self._request_any("GET", "/v1/tables")["tables"]
+        return tables
+
+    def metadata(self) -> dict[str, Any]:
+        return self._request_any("GET", "/v1/metadata")
+
+    def get_entry(self, table: str, key: object) -> dict[str, Any] | None:
+        """The whole answer for one key (value, partition, offset, node), or None if absent."""
+        text = _key_text(key)
+        path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}"
+        return self._request_routed("GET", path, table, text, absent_ok=True)
+
+    def get(self, table: str, key: object) -> Any:
+        """The value of one key, or None if the key is absent."""
+        entry = self.get_entry(table, key)
+        return None if entry is None else entry["value"]
+
+    def multi_get(self, table: str, keys: Iterable[object]) -> list[dict[str, Any]]:
+        """Items {"key", "value"} in the order of `keys` (value None when absent)."""
+        body = {"keys": list(keys)}
+        path = f"/v1/tables/{quote(table, safe='')}/multi-get"
+        items: list[dict[str, Any]] = self._request_any("POST", path, json_body=body)["items"]
+        return items
+
+    def range(
+        self,
+        table: str,
+        *,
+        from_: object | None = None,
+        to: object | None = None,
+        prefix: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[tuple[Any, Any]]:
+        """Every (key, value) in key order, following cursors page by page."""
+        params: dict[str, str] = {"limit": str(page_size)}
+        if from_ is not None:
+            params["from"] = _key_text(from_)
+        if to is not None:
+            params["to"] = _key_text(to)
+        if prefix is not None:
+            params["prefix"] = prefix
+        path = f"/v1/tables/{quote(table, safe='')}/range"
+        while True:
+            page = self._request_any("GET", path, params=params)
+            for item in page["items"]:
+                yield item["key"], item["value"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+            params["cursor"] = cursor
+
+    def windows(
+        self, table: str, key: object, *, from_ms: int = 0, to_ms: int | None = None
+    ) -> list[dict[str, Any]]:
+        text = _key_text(key)
+        params = {"from": str(from_ms)}
+        if to_ms is not None:
+            params["to"] = str(to_ms)
+        path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/windows"
+        answer = self._request_routed("GET", path, table, text, params=params)
+        assert answer is not None
+        items: list[dict[str, Any]] = answer["items"]
+        return items
+
+    def owner(self, table: str, key: object) -> dict[str, Any]:
+        text = _key_text(key)
+        path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/owner"
+        return self._request_any("GET", path)
+
+    def refresh(self) -> None:
+        """Fetch the partition map again from any reachable node."""
+        last: Exception | None = None
+        for url in self._candidates():
+            try:
+                resp = self._http.get(f"{url}/v1/metadata")
+            except httpx.HTTPError as exc:
+                last = exc
+                continue
+            if resp.status_code == 200:
+                self._routes = self._parse_routes(resp.json())
+                return
+            last = ClientError(f"{url} answered {resp.status_code} to /v1/metadata")
+        raise ClientError(f"no node answered /v1/metadata (tried {self._candidates()}): {last}")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---- routing --------------------------------------------------------------------
+
+    def _parse_routes(self, meta: dict[str, Any]) -> _Routes:
+        tables: dict[str, TableDef] = {}
+        for t in meta.get("tables", []):
+            try:
+                tables[t["name"]] = TableDef(
+                    name=t["name"],
+                    topic=t["topic"],
+                    partitions=int(t["partitions"]),
+                    key_format=Format(t["key_format"]),
+                    value_format=Format.BYTES,  # values are rendered by the nodes
+                    kind=TableKind(t["kind"]),
+                    window_size_ms=t.get("window_size_ms"),
+                    key_schema="{}" if t["key_format"] == "avro" else None,
+                )
+            except (KeyError, ValueError, SparkiqError):
+                continue
+        active = {
+            (p["table"], int(p["partition"])): p["active"]
+            for p in meta.get("partitions", [])
+            if p.get("active")
+        }
+        nodes = sorted({n["url"] for n in meta.get("nodes", [])} | set(self._seeds))
+        return _Routes(tables=tables, active=active, nodes=nodes, fetched_at=time.monotonic())
+
+    def _owner_url(self, table: str, key_text: str) -> str | None:
+        routes = self._routes
+        if time.monotonic() - routes.fetched_at > self._refresh_interval_s:
+            try:
+                self.refresh()
+            except ClientError:
+                return None
+            routes = self._routes
+        tdef = routes.tables.get(table)
+        if tdef is None or tdef.key_format is Format.AVRO:
+            return None
+        try:
+            wire = key_codec(tdef).parse_text(key_text)
+        except FormatError:
+            return None  # let a node answer with the precise 400
+        return routes.active.get((table, partition_for(wire, tdef.partitions)))
+
+    def _candidates(self) -> list[str]:
+        nodes = self._routes.nodes or self._seeds
+        start = next(self._rr) % len(nodes)
+        return nodes[start:] + nodes[:start]
+
+    def _request_routed(
+        self,
+        method: str,
+        path: str,
+        table: str,
+        key_text: str,
+        *,
+        params: dict[str, str] | None = None,
+        absent_ok: bool = False,
+    ) -> dict[str, Any] | None:
+        owner = self._owner_url(table, key_text)
+        return self._send(method, path, first=owner, params=params, absent_ok=absent_ok)
+
+    def _request_any(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        json_body: object | None = None,
+    ) -> dict[str, Any]:
+        answer = self._send(method, path, first=None, params=params, json_body=json_body)
+        assert answer is not None
+        return answer
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        first: str | None,
+        params: dict[str, str] | None = None,
+        json_body: object | None = None,
+        absent_ok: bool = False,
+    ) -> dict[str, Any] | None:
+        query = dict(params or {})
+        if self._max_lag is not None:
+            query["max_lag"] = str(self._max_lag)
+        content = orjson.dumps(json_body) if json_body is not None else None
+        headers = {"content-type": "application/json"} if content is not None else None
+        deadline = time.monotonic() + self._budget_s
+        refreshed = False
+        last = "no node tried"
+        order = ([first] if first else []) + self._candidates()
+        attempt = 0
+        while True:
+            url = order[attempt % len(order)]
+            attempt += 1
+            try:
+                resp = self._http.request(
+                    method, url + path, params=query, content=content, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                last = f"{url}: {exc.__class__.__name__} {exc}"
+            else:
+                if resp.status_code == 200:
+                    answer: dict[str, Any] = resp.json()
+                    return answer
+                error = _error_of(resp)
+                if resp.status_code == 404 and absent_ok and error[0] == "not_found":
+                    return None
+                if resp.status_code not in _RETRYABLE:
+                    raise ClientError(f"{resp.status_code} {error[0]}: {error[1]}")
+                last = f"{url}: {resp.status_code} {error[1]}"
+            if time.monotonic() >= deadline:
+                raise ClientError(
+                    f"no answer within {self._budget_s:.1f}s for {method} {path}; last: {last}"
+                )
+            if not refreshed:
+                refreshed = True
+                try:
+                    self.refresh()
+                    order = self._candidates()
+                    attempt = 0
+                except ClientError:
+                    pass
+            else:
+                time.sleep(0.1)
+
+
+def _error_of(resp: httpx.Response) -> tuple[str, str]:
+    try:
+        err = resp.json()["error"]
+        return str(err["code"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        return "http_error", resp.text[:200]

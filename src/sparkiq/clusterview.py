@@ -1,0 +1,66 @@
+"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from sparkiq.errors import ClientError
+
+
+def fetch_metadata(urls: list[str], timeout_s: float = 3.0) -> dict[str, Any]:
+    """The metadata of the first node that answers."""
+    errors = []
+    for url in urls:
+        try:
+            resp = httpx.get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
+            if resp.status_code == 200:
+                meta: dict[str, Any] = resp.json()
+                return meta
+            errors.append(f"{url}: HTTP {resp.status_code}")
+        except httpx.HTTPError as exc:
+            errors.append(f"{url}: {exc}")
+    raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
+
+
+def _local_replicas(url: str, timeout_s: float) -> list[dict[str, Any]] | None:
+    try:
+        resp = httpx.get(f"{url}/v1/metadata", timeout=timeout_s)
+        local: list[dict[str, Any]] = resp.json().get("local", [])
+        return local
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def render_cluster(urls: list[str], *, as_json: bool = False, timeout_s: float = 3.0) -> str:
+    meta = fetch_metadata(urls, timeout_s)
+    if as_json:
+        return orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode()
+    lines = [
+        f"generation {meta.get('generation')}, partitioner {meta.get('partitioner')}, "
+        f"{len(meta.get('nodes', []))} nodes, {len(meta.get('tables', []))} tables",
+        "",
+        f"{'NODE':<28} {'TABLE':<20} {'PART':>4}  {'ROLE':<9} {'STATE':<9} "
+        f"{'POSITION':>9} {'END':>9} {'LAG':>7}",
+    ]
+    for node in meta.get("nodes", []):
+        url = node["url"]
+        replicas = _local_replicas(url, timeout_s)
+        if replicas is None:
+            lines.append(f"{url:<28} (not answering)")
+            continue
+        roles: dict[tuple[str, int], str] = {}
+        for role in ("active", "standby", "warming"):
+            for table, part in node.get(role, []):
+                roles[(table, int(part))] = role
+        if not replicas:
+            lines.append(f"{url:<28} (no partitions)")
+        for r in sorted(replicas, key=lambda r: (r["table"], r["partition"])):
+            role = roles.get((r["table"], int(r["partition"])), "-")
+            lines.append(
+                f"{url:<28} {r['table']:<20} {r['partition']:>4}  {role:<9} {r['state']:<9} "
+                f"{r['position']:>9} {r['end']:>9} {r['lag']:>7}"
+            )
+    return "\n".join(lines)

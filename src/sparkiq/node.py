@@ -1,0 +1,317 @@
+"""A serving node: catalog, stores, restorer, group membership and HTTP API in one process.
+
+The node follows the catalog to learn tables, joins the consumer group `<app>.serving` with
+the changelog topics of every table, restores the partitions the assignment gives it
+(actives, standbys, warm-ups) into local RocksDB stores, and serves the HTTP API. It is the
+`NodeView` the HTTP layer reads: the facts of placement and local replica state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from sparkiq.catalog import CatalogWatcher
+from sparkiq.http.view import Placement
+from sparkiq.membership import GroupMember
+from sparkiq.queries import ReplicaRole
+from sparkiq.restore import ReplicaState, Restorer
+from sparkiq.settings import NodeSettings
+from sparkiq.store import StoreRegistry
+from sparkiq.tables import TableDef
+from sparkiq.topology import ClusterMap, MemberInfo, TopicPartition
+
+if TYPE_CHECKING:
+    from sparkiq.store import PartitionStore
+
+log = logging.getLogger("sparkiq.node")
+
+# How often a node with warming partitions checks whether one has caught up.
+_WARMUP_CHECK_S = 1.0
+
+
+class Node:
+    """One serving node; `await run()` until `stop()`."""
+
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self._url = settings.url
+        self._tables: dict[str, TableDef] = {}
+        self._by_topic: dict[str, TableDef] = {}
+        self._map = ClusterMap()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._joined = False
+        self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
+        self._started_at = time.time()
+        self.registry = StoreRegistry(settings.state_dir)
+        self.restorer = Restorer(
+            settings.bootstrap_servers,
+            self.registry,
+            self._table_for_topic,
+            on_change=self._notify_threadsafe,
+        )
+        self.catalog = CatalogWatcher(
+            settings.bootstrap_servers, app=settings.app, on_change=self._on_catalog_threadsafe
+        )
+        self.member = GroupMember(
+            bootstrap=settings.bootstrap_servers,
+            group_id=settings.group_id,
+            member_info=self._member_info,
+            on_assignment=self._on_assignment,
+            standby_replicas=settings.standby_replicas,
+            acceptable_lag=settings.acceptable_lag,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        )
+
+    # ---- NodeView -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def table(self, name: str) -> TableDef | None:
+        return self._tables.get(name)
+
+    def tables(self) -> Sequence[TableDef]:
+        return sorted(self._tables.values(), key=lambda t: t.name)
+
+    def placement(self, tp: TopicPartition) -> Placement:
+        owners = self._map.owner_of(tp)
+        status = self.restorer.status(tp)
+        role: ReplicaRole | None = None
+        ready = False
+        offset: int | None = None
+        lag: int | None = None
+        if status is not None:
+            offset, lag = status.position, status.lag
+            if status.state is ReplicaState.ACTIVE:
+                role, ready = ReplicaRole.ACTIVE, True
+            elif status.state is ReplicaState.RESTORING:
+                role = ReplicaRole.ACTIVE
+            else:
+                role, ready = ReplicaRole.STANDBY, True
+        if owners is None:
+            return Placement(
+                tp=tp,
+                active=None,
+                local_role=role,
+                local_ready=ready,
+                local_offset=offset,
+                local_lag=lag,
+            )
+        return Placement(
+            tp=tp,
+            active=owners.active,
+            standbys=owners.standbys + owners.warming,
+            local_role=role,
+            local_ready=ready,
+            local_offset=offset,
+            local_lag=lag,
+        )
+
+    def store(self, tp: TopicPartition) -> PartitionStore | None:
+        return self.restorer.store(tp)
+
+    def is_ready(self) -> bool:
+        if not self._joined:
+            return False
+        statuses = self.restorer.statuses()
+        return all(
+            statuses.get(tp) is not None and statuses[tp].state is ReplicaState.ACTIVE
+            for tp in self._map.actives_of(self._url)
+            if tp[0] in self._by_topic
+        )
+
+    async def changed(self, timeout_s: float) -> None:
+        event = self._changed
+        try:
+            await asyncio.wait_for(event.wait(), timeout=max(timeout_s, 0.0))
+        except TimeoutError:
+            pass
+
+    def metadata(self) -> dict[str, object]:
+        partitions: list[dict[str, object]] = []
+        per_node: dict[str, dict[str, list[list[object]]]] = {}
+        for (topic, p), owners in sorted(self._map.owners.items()):
+            table = self._by_topic.get(topic)
+            if table is None:
+                continue
+            partitions.append(
+                {
+                    "table": table.name,
+                    "topic": topic,
+                    "partition": p,
+                    "active": owners.active,
+                    "standbys": list(owners.standbys),
+                    "warming": list(owners.warming),
+                }
+            )
+            entry: list[object] = [table.name, p]
+            if owners.active:
+                per_node.setdefault(owners.active, {}).setdefault("active", []).append(entry)
+            for url in owners.standbys:
+                per_node.setdefault(url, {}).setdefault("standby", []).append(entry)
+            for url in owners.warming:
+                per_node.setdefault(url, {}).setdefault("warming", []).append(entry)
+        nodes = []
+        for url in sorted(self._map.urls() | set(per_node)):
+            roles = per_node.get(url, {})
+            reported = self._map.nodes.get(url, {})
+            nodes.append(
+                {
+                    "url": url,
+                    "active": roles.get("active", []),
+                    "standby": roles.get("standby", []),
+                    "warming": roles.get("warming", []),
+                    "lags": {
+                        f"{self._by_topic[t].name}/{p}": lag
+                        for (t, p), lag in sorted(reported.items())
+                        if t in self._by_topic
+                    },
+                }
+            )
+        return {
+            "node": self._url,
+            "generation": self._map.generation,
+            "partitioner": "murmur2",
+            "ready": self.is_ready(),
+            "tables": [t.summary() for t in self.tables()],
+            "partitions": partitions,
+            "nodes": nodes,
+            "local": self._local_replicas(),
+        }
+
+    def _local_replicas(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for tp, st in sorted(self.restorer.statuses().items()):
+            table = self._by_topic.get(tp[0])
+            out.append(
+                {
+                    "table": table.name if table else st.table,
+                    "partition": tp[1],
+                    "state": st.state.value,
+                    "position": st.position,
+                    "end": st.end,
+                    "lag": st.lag,
+                }
+            )
+        return out
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the catalog, start restoring and join the group; returns once joined."""
+        self._loop = asyncio.get_running_loop()
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.catalog.start)
+        self._set_tables(self.catalog.tables())
+        self.restorer.start()
+        await self.member.start(self._topics())
+        self._joined = True
+        log.info("node %s joined group %s", self._url, self.settings.group_id)
+
+    async def run_background(self) -> None:
+        """Periodic work: ask for a rebalance once a warming partition has caught up."""
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
+            except TimeoutError:
+                pass
+            if self._stopping.is_set():
+                return
+            if self._warmup_done() and self._rebalance_asked_for != self._map.generation:
+                self._rebalance_asked_for = self._map.generation
+                log.info("node %s: warm-up caught up; asking for a rebalance", self._url)
+                self.member.request_rebalance()
+
+    async def stop(self) -> None:
+        """Leave the group at once, then stop restoring and close the stores."""
+        self._stopping.set()
+        try:
+            await self.member.stop()
+        finally:
+            await asyncio.to_thread(self.restorer.stop)
+            await asyncio.to_thread(self.catalog.stop)
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _topics(self) -> list[str]:
+        # The catalog topic keeps the node in the group even before any table exists.
+        return sorted({self.settings.catalog_topic, *self._by_topic})
+
+    def _table_for_topic(self, topic: str) -> TableDef | None:
+        return self._by_topic.get(topic)
+
+    def _set_tables(self, tables: Mapping[str, TableDef]) -> None:
+        self._tables = dict(tables)
+        self._by_topic = {t.topic: t for t in tables.values()}
+
+    def _member_info(self) -> MemberInfo:
+        known = set(self._by_topic)
+        return MemberInfo(
+            url=self._url,
+            actives=frozenset(tp for tp in self._map.actives_of(self._url) if tp[0] in known),
+            standbys=frozenset(
+                tp
+                for tp in self._map.standbys_of(self._url) | self._map.warming_of(self._url)
+                if tp[0] in known
+            ),
+            lags={tp: lag for tp, lag in self.restorer.lags().items() if tp[0] in known},
+        )
+
+    def _on_assignment(self, cluster_map: ClusterMap) -> None:
+        self._map = cluster_map
+        known = set(self._by_topic)
+        actives = {tp for tp in cluster_map.actives_of(self._url) if tp[0] in known}
+        standbys = {
+            tp
+            for tp in cluster_map.standbys_of(self._url) | cluster_map.warming_of(self._url)
+            if tp[0] in known
+        }
+        log.info(
+            "node %s generation %d: %d active, %d standby partitions",
+            self._url,
+            cluster_map.generation,
+            len(actives),
+            len(standbys),
+        )
+        self.restorer.assign(actives, standbys)
+        self._notify()
+
+    def _warmup_done(self) -> bool:
+        warming = self._map.warming_of(self._url)
+        if not warming:
+            return False
+        statuses = self.restorer.statuses()
+        return any(
+            (st := statuses.get(tp)) is not None and st.lag <= self.settings.acceptable_lag
+            for tp in warming
+        )
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _notify_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._notify)
+
+    def _on_catalog_threadsafe(self, tables: dict[str, TableDef]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._on_catalog, tables)
+
+    def _on_catalog(self, tables: dict[str, TableDef]) -> None:
+        before = set(self._by_topic)
+        self._set_tables(tables)
+        if set(self._by_topic) != before and self._joined:
+            log.info("node %s: catalog now has %d tables; rejoining", self._url, len(tables))
+            asyncio.ensure_future(self.member.set_topics(self._topics()))
+        self._notify()
