@@ -162,7 +162,8 @@ def test_bad_input_gets_its_4xx(
         resp = httpx.request(method, url + path, content=body, timeout=10)
         assert resp.status_code == status, resp.text
         error = resp.json()["error"]
-        assert error["code"] and error["message"]
+        assert error["code"]
+        assert error["message"]
 
 
 def test_killed_node_is_covered_within_30s_then_rejoins(

@@ -9,6 +9,7 @@ the changelog topics of every table, restores the partitions the assignment give
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ class Node:
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._joined = False
+        self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
         self._started_at = time.time()
         self.registry = StoreRegistry(settings.state_dir)
@@ -130,10 +132,8 @@ class Node:
 
     async def changed(self, timeout_s: float) -> None:
         event = self._changed
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout=max(timeout_s, 0.0))
-        except TimeoutError:
-            pass
 
     def metadata(self) -> dict[str, object]:
         partitions: list[dict[str, object]] = []
@@ -219,10 +219,8 @@ class Node:
     async def run_background(self) -> None:
         """Periodic work: ask for a rebalance once a warming partition has caught up."""
         while not self._stopping.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
-            except TimeoutError:
-                pass
             if self._stopping.is_set():
                 return
             if self._warmup_done() and self._rebalance_asked_for != self._map.generation:
@@ -313,5 +311,7 @@ class Node:
         self._set_tables(tables)
         if set(self._by_topic) != before and self._joined:
             log.info("node %s: catalog now has %d tables; rejoining", self._url, len(tables))
-            asyncio.ensure_future(self.member.set_topics(self._topics()))
+            task = asyncio.ensure_future(self.member.set_topics(self._topics()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         self._notify()
