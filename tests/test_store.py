@@ -85,6 +85,9 @@ def test_on_disk_lists_open_and_closed_stores(registry: StoreRegistry) -> None:
     registry.close("orders", 1)
     registry.open(TABLE, 2)  # no checkpoint yet: not listed
     assert registry.on_disk() == {("users", 0): 7, ("orders", 1): 3}
+    tables = registry.on_disk_tables()
+    assert tables[("orders", 1)] == (other, 3)
+    assert tables[("users", 0)] == (TABLE, 7)
 
 
 def test_open_returns_the_same_store_until_closed(registry: StoreRegistry) -> None:

@@ -248,8 +248,8 @@ class PartitionStore:
         )
 
 
-def read_checkpoint(path: Path) -> int | None:
-    """The checkpoint of a store that is not open, read without taking its lock."""
+def read_store_meta(path: Path) -> tuple[TableDef | None, int | None]:
+    """Table definition and checkpoint of a store that is not open (read-only, no lock)."""
     try:
         db = Rdict(
             str(path),
@@ -258,16 +258,22 @@ def read_checkpoint(path: Path) -> int | None:
             access_type=AccessType.read_only(False),
         )
     except Exception:
-        return None
+        return None, None
     try:
         meta = db.get_column_family(_META_CF)
         try:
-            raw = meta.get(_OFFSET_KEY)
+            raw_table = meta.get(_TABLE_KEY)
+            raw_offset = meta.get(_OFFSET_KEY)
         finally:
             meta.close()
-        return int.from_bytes(raw, "big") if raw is not None else None
     finally:
         db.close()
+    table: TableDef | None = None
+    if raw_table is not None:
+        with contextlib.suppress(CatalogError):
+            table = TableDef.from_json(raw_table)
+    offset = int.from_bytes(raw_offset, "big") if raw_offset is not None else None
+    return table, offset
 
 
 class StoreRegistry:
@@ -315,9 +321,15 @@ class StoreRegistry:
 
     def on_disk(self) -> dict[tuple[str, int], int]:
         """(table name, partition) -> next_offset of every store in the state dir."""
+        return {key: offset for key, (_, offset) in self.on_disk_tables().items()}
+
+    def on_disk_tables(self) -> dict[tuple[str, int], tuple[TableDef, int]]:
+        """Like `on_disk`, with the table definition each store was written for."""
         with self._lock:
             open_now = dict(self._open)
-        found: dict[tuple[str, int], int] = {}
+        found: dict[tuple[str, int], tuple[TableDef, int]] = {}
+        if not self.state_dir.is_dir():
+            return found
         for table_dir in sorted(self.state_dir.iterdir()):
             if not table_dir.is_dir():
                 continue
@@ -326,7 +338,11 @@ class StoreRegistry:
                     continue
                 key = (table_dir.name, int(part_dir.name))
                 store = open_now.get(key)
-                offset = store.next_offset if store is not None else read_checkpoint(part_dir)
-                if offset is not None:
-                    found[key] = offset
+                table: TableDef | None
+                if store is not None:
+                    table, offset = store.table, store.next_offset
+                else:
+                    table, offset = read_store_meta(part_dir)
+                if table is not None and offset is not None:
+                    found[key] = (table, offset)
         return found

@@ -1,0 +1,488 @@
+"""Restores changelog partitions into their stores, follows them, and reports state and lag.
+
+One `Restorer` per node runs one thread with one confluent-kafka consumer in `assign()` mode
+(no group: the sparkiq group member decides who holds what; this only fetches). `assign()`
+may be called from any thread at any time; the restorer thread reconciles the consumer with
+the wanted set on its next turn:
+
+- an added partition gets its store opened (resuming from the store's checkpoint) and is
+  fetched from there;
+- a removed partition is unassigned and its store closed, left on disk for a later return;
+- a partition that changes role (active <-> standby) keeps its store and position.
+
+An active partition is RESTORING until its position reaches the true end offset measured
+when it was assigned (`sparkiq.kafka.offsets.true_end_offsets`, which also works on the dev
+broker whose reported end is short), then ACTIVE. Standbys are STANDBY and follow forever.
+Each consumed batch becomes one `PartitionStore.apply` per partition: data and checkpoint
+in one write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.errors import SparkiqError, StoreError
+from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
+from sparkiq.store import PartitionStore, StoreRegistry
+from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
+
+log = logging.getLogger(__name__)
+
+# Tuned for restore throughput on a 2-core box (../shared/BASELINES.md): large fetches, a deep
+# local queue, and a short fetch wait so a standby sees new records within ~100 ms.
+_CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+    "fetch.wait.max.ms": 100,
+    "max.partition.fetch.bytes": 10 * 1024 * 1024,
+    "fetch.max.bytes": 60 * 1024 * 1024,
+    "queued.min.messages": 1_000_000,
+}
+
+BATCH_SIZE = 10_000
+_POLL_TIMEOUT_S = 0.1
+_WATERMARK_EVERY_S = 1.0
+_DISK_LAGS_EVERY_S = 5.0
+_RETRY_AFTER_FAILURE_S = 1.0
+
+StoreKeyFn = Callable[[bytes], bytes]
+
+
+class ReplicaState(StrEnum):
+    """What a node's copy of a partition is doing."""
+
+    RESTORING = "restoring"  # active role, catching up to the end seen at assignment
+    ACTIVE = "active"  # active role, caught up: serves reads
+    STANDBY = "standby"  # follows the changelog; may answer reads within a lag bound
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """A snapshot of one assigned partition."""
+
+    tp: TopicPartition
+    table: str
+    state: ReplicaState
+    position: int  # next offset to apply
+    end: int  # true end offset last seen
+    lag: int  # end - position, >= 0
+
+
+def store_key_fn(table: TableDef) -> StoreKeyFn | None:
+    """The wire key -> store key transform of *table* (None: the identity)."""
+    # Only string-keyed kv tables until sparkiq.serde lands.
+    return None
+
+
+class _Replica:
+    """Restorer-side bookkeeping of one assigned partition (guarded by the restorer lock)."""
+
+    __slots__ = (
+        "end",
+        "is_active",
+        "key_fn",
+        "null_keys",
+        "position",
+        "state",
+        "store",
+        "table",
+        "target",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, table: TableDef, store: PartitionStore) -> None:
+        self.tp = tp
+        self.table = table
+        self.store = store
+        self.key_fn = store_key_fn(table)
+        self.position = store.next_offset or 0
+        self.end = self.position
+        self.target: int | None = None  # true end measured when the active role arrived
+        self.is_active = False
+        self.state = ReplicaState.STANDBY
+        self.null_keys = 0
+
+    def set_role(self, active: bool) -> None:
+        if active == self.is_active:
+            return
+        self.is_active = active
+        self.state = ReplicaState.RESTORING if active else ReplicaState.STANDBY
+        self.target = None
+
+    def advance(self, position: int) -> None:
+        self.position = position
+        if position > self.end:
+            self.end = position
+
+    def check_caught_up(self) -> bool:
+        """Moves RESTORING -> ACTIVE once the target is reached; True if it did."""
+        if (
+            self.state is ReplicaState.RESTORING
+            and self.target is not None
+            and self.position >= self.target
+        ):
+            self.state = ReplicaState.ACTIVE
+            return True
+        return False
+
+    def status(self) -> PartitionStatus:
+        return PartitionStatus(
+            tp=self.tp,
+            table=self.table.name,
+            state=self.state,
+            position=self.position,
+            end=self.end,
+            lag=max(self.end - self.position, 0),
+        )
+
+
+class Restorer:
+    """Follows the assigned changelog partitions into their stores; reports state and lag."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        registry: StoreRegistry,
+        table_for_topic: Callable[[str], TableDef | None],
+        on_change: Callable[[], None] | None = None,
+        kafka_config: Mapping[str, str] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.registry = registry
+        self._table_for_topic = table_for_topic
+        self._on_change = on_change
+        self._kafka_config = dict(kafka_config or {})
+        self._lock = threading.Lock()
+        self._replicas: dict[TopicPartition, _Replica] = {}
+        self._closing: dict[TopicPartition, _Replica] = {}
+        self._dirty = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Published snapshots, replaced whole so readers need no lock.
+        self._statuses: dict[TopicPartition, PartitionStatus] = {}
+        self._stores: dict[TopicPartition, PartitionStore] = {}
+        self._disk_lags: dict[TopicPartition, int] = {}
+        self.records_applied = 0
+        self.null_key_records = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        # Measured once here so a node joining its group at once can report its stores.
+        self._refresh_disk_lags(None)
+        self._thread = threading.Thread(target=self._run, name="sparkiq-restorer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop fetching and close every store this restorer opened (left on disk)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()
+        self._dirty.set()
+        thread.join()
+
+    # -- assignment (any thread) ----------------------------------------------------------
+
+    def assign(self, actives: Set[TopicPartition], standbys: Set[TopicPartition]) -> None:
+        """Follow exactly *actives* and *standbys* from now on (a TP in both is active).
+
+        Stores of added partitions are opened here, so a state dir written for another
+        table definition raises `StateDirMismatchError` to the caller.
+        """
+        wanted: dict[TopicPartition, bool] = {tp: False for tp in standbys}
+        wanted.update((tp, True) for tp in actives)
+        opened: list[tuple[TopicPartition, TableDef]] = []
+        with self._lock:
+            try:
+                for tp, active in wanted.items():
+                    replica: _Replica | None = self._replicas.get(tp) or self._closing.pop(tp, None)
+                    if replica is None:
+                        table = self._table_for_topic(tp[0])
+                        if table is None:
+                            log.warning(
+                                "no table is registered for changelog topic %r; partition "
+                                "%d is not restored until the catalog lists it",
+                                tp[0],
+                                tp[1],
+                            )
+                            continue
+                        store = self.registry.open(table, tp[1])
+                        opened.append((tp, table))
+                        replica = _Replica(tp, table, store)
+                        replica.set_role(active)
+                    elif replica.is_active != active:
+                        replica.set_role(active)
+                    self._replicas[tp] = replica
+            except SparkiqError:
+                for tp, table in opened:
+                    self._replicas.pop(tp, None)
+                    self.registry.close(table.name, tp[1])
+                raise
+            for tp in list(self._replicas):
+                if tp not in wanted:
+                    self._closing[tp] = self._replicas.pop(tp)
+            self._publish()
+        self._dirty.set()
+
+    # -- views (any thread) ---------------------------------------------------------------
+
+    def status(self, tp: TopicPartition) -> PartitionStatus | None:
+        return self._statuses.get(tp)
+
+    def statuses(self) -> dict[TopicPartition, PartitionStatus]:
+        return dict(self._statuses)
+
+    def store(self, tp: TopicPartition) -> PartitionStore | None:
+        return self._stores.get(tp)
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """Lag of every assigned partition and of every store left on disk."""
+        out = dict(self._disk_lags)
+        out.update((tp, st.lag) for tp, st in self._statuses.items())
+        return out
+
+    # -- restorer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"sparkiq-restore-{uuid.uuid4()}",  # required by librdkafka, never joined
+        }
+        conf.update(_CONSUMER_CONF)
+        conf.update(self._kafka_config)
+        consumer = Consumer(conf)
+        probe = probe_consumer(self.bootstrap)
+        fetching: set[TopicPartition] = set()
+        next_marks = next_disk = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if self._dirty.is_set():
+                        self._dirty.clear()
+                        self._reconcile(consumer, probe, fetching)
+                    if not fetching:
+                        self._dirty.wait(_POLL_TIMEOUT_S)
+                    else:
+                        messages = consumer.consume(BATCH_SIZE, _POLL_TIMEOUT_S)
+                        if messages:
+                            self._apply(consumer, messages)
+                    now = time.monotonic()
+                    if now >= next_marks and fetching:
+                        next_marks = now + _WATERMARK_EVERY_S
+                        self._update_ends_from_watermarks(consumer)
+                    if now >= next_disk:
+                        next_disk = now + _DISK_LAGS_EVERY_S
+                        self._refresh_disk_lags(probe)
+                except Exception:
+                    log.exception("restorer turn failed; retrying")
+                    self._stopping.wait(_RETRY_AFTER_FAILURE_S)
+        finally:
+            with contextlib.suppress(Exception):
+                consumer.close()
+            with contextlib.suppress(Exception):
+                probe.close()
+            with self._lock:
+                replicas = [*self._replicas.values(), *self._closing.values()]
+                self._replicas.clear()
+                self._closing.clear()
+                for replica in replicas:
+                    self.registry.close(replica.table.name, replica.tp[1])
+                self._publish()
+
+    def _reconcile(
+        self, consumer: Consumer, probe: Consumer, fetching: set[TopicPartition]
+    ) -> None:
+        """Bring the consumer in line with the wanted partitions; measure restore targets."""
+        with self._lock:
+            wanted = dict(self._replicas)
+            closing, self._closing = self._closing, {}
+        gone = [tp for tp in fetching if tp not in wanted]
+        if gone:
+            consumer.incremental_unassign([CTopicPartition(t, p) for t, p in gone])
+            fetching.difference_update(gone)
+        with self._lock:
+            # Under the lock: an assign() racing with this must not reopen a store that is
+            # being closed (the registry would hand it the same, soon closed, instance).
+            for tp, leaving in closing.items():
+                if tp not in self._replicas:
+                    self.registry.close(leaving.table.name, tp[1])
+        to_measure = [
+            tp for tp, r in wanted.items() if r.state is ReplicaState.RESTORING and r.target is None
+        ]
+        ends = true_end_offsets(self.bootstrap, to_measure, consumer=probe) if to_measure else {}
+        added = [tp for tp in wanted if tp not in fetching]
+        with self._lock:
+            for tp, end in ends.items():
+                replica = self._replicas.get(tp)
+                if replica is not None and replica.state is ReplicaState.RESTORING:
+                    replica.target = end
+                    replica.end = max(replica.end, end)
+                    replica.check_caught_up()
+            starts = [
+                CTopicPartition(t, p, self._replicas[(t, p)].store.next_offset or OFFSET_BEGINNING)
+                for t, p in added
+                if (t, p) in self._replicas
+            ]
+            self._publish()
+        if starts:
+            consumer.incremental_assign(starts)
+            fetching.update((tp.topic, tp.partition) for tp in starts)
+        self._notify()
+
+    def _apply(self, consumer: Consumer, messages: Sequence[Message]) -> None:
+        """Apply one consumed batch: one store write per partition."""
+        # Messages come in runs per partition; group them without per-record tuple keys.
+        runs: dict[TopicPartition, list[tuple[bytes, bytes | None]]] = {}
+        last_offset: dict[TopicPartition, int] = {}
+        eofs: dict[TopicPartition, int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        topic: str | None = None
+        partition = -1
+        prev: Any = None
+        # Typed as Any: a consumed message always carries topic, partition and offset, and
+        # this loop runs per record, so it does no Optional checks.
+        batch: Sequence[Any] = messages
+        for msg in batch:
+            p = msg.partition()
+            t = msg.topic()
+            if p != partition or t != topic:
+                if prev is not None and topic is not None:
+                    last_offset[(topic, partition)] = prev.offset()
+                topic, partition = t, p
+                records = runs.setdefault((t, p), [])
+                prev = None
+            key = msg.key()
+            if key is None:
+                # Rare: an error event (end of partition) or a record without a key.
+                err = msg.error()
+                if err is not None:
+                    if err.code() == CKafkaError._PARTITION_EOF:
+                        eofs[(t, p)] = msg.offset()
+                    else:
+                        log.warning("changelog fetch error on %s[%s]: %s", t, p, err)
+                    continue
+                self._skip_null_key((t, p), msg.offset())
+                prev = msg
+                continue
+            records.append((key, msg.value()))
+            prev = msg
+        if prev is not None and topic is not None:
+            last_offset[(topic, partition)] = prev.offset()
+
+        changed = False
+        with self._lock:
+            for tp, offset in last_offset.items():
+                replica = self._replicas.get(tp)
+                if replica is None:  # unassigned while this batch was in flight
+                    continue
+                recs = runs[tp]
+                if replica.key_fn is not None:
+                    fn = replica.key_fn
+                    recs = [(fn(k), v) for k, v in recs]
+                try:
+                    replica.store.apply(recs, offset + 1)
+                except StoreError:
+                    # Fetch this partition again from its last applied offset.
+                    consumer.seek(CTopicPartition(tp[0], tp[1], replica.position))
+                    raise
+                self.records_applied += len(recs)
+                replica.advance(offset + 1)
+                changed |= replica.check_caught_up()
+            for tp, offset in eofs.items():
+                replica = self._replicas.get(tp)
+                if replica is None:
+                    continue
+                if offset > replica.position:
+                    # Offsets past the last record (compaction, transaction markers): the
+                    # checkpoint moves with them, so the gap is not fetched again.
+                    replica.store.apply((), offset)
+                    replica.advance(offset)
+                replica.end = max(replica.end, offset)
+                changed |= replica.check_caught_up()
+            self._publish()
+        if changed:
+            self._notify()
+
+    def _skip_null_key(self, tp: TopicPartition, offset: int) -> None:
+        self.null_key_records += 1
+        replica = self._replicas.get(tp)
+        if replica is None:
+            return
+        replica.null_keys += 1
+        if replica.null_keys == 1:
+            log.warning(
+                "changelog %s[%d] has a record without a key at offset %d; such records are "
+                "skipped (a table changelog needs a key on every record)",
+                tp[0],
+                tp[1],
+                offset,
+            )
+
+    def _update_ends_from_watermarks(self, consumer: Consumer) -> None:
+        """Raise each partition's known end from the high watermark of recent fetches."""
+        with self._lock:
+            tps = list(self._replicas)
+        marks: dict[TopicPartition, int] = {}
+        for t, p in tps:
+            with contextlib.suppress(Exception):
+                _, high = consumer.get_watermark_offsets(CTopicPartition(t, p), cached=True)
+                if high >= 0:
+                    marks[(t, p)] = high
+        with self._lock:
+            for tp, high in marks.items():
+                replica = self._replicas.get(tp)
+                if replica is not None and high > replica.end:
+                    replica.end = high
+            self._publish()
+
+    def _refresh_disk_lags(self, probe: Consumer | None) -> None:
+        """Lags of stores on disk that are not assigned, for the node's join metadata."""
+        with self._lock:
+            assigned = set(self._replicas)
+        stored: dict[TopicPartition, int] = {}
+        for (_, partition), (table, offset) in self.registry.on_disk_tables().items():
+            tp = (table.topic, partition)
+            current = self._table_for_topic(table.topic)
+            if tp in assigned or current is None or current.partitions != table.partitions:
+                continue
+            stored[tp] = offset
+        if not stored:
+            self._disk_lags = {}
+            return
+        try:
+            ends = true_end_offsets(self.bootstrap, list(stored), consumer=probe)
+        except Exception as exc:
+            log.warning("cannot read end offsets for stores on disk: %s", exc)
+            return
+        self._disk_lags = {tp: max(ends.get(tp, off) - off, 0) for tp, off in stored.items()}
+
+    def _publish(self) -> None:
+        """Replace the snapshots readers see (caller holds the lock)."""
+        self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
+        self._stores = {tp: r.store for tp, r in self._replicas.items()}
+
+    def _notify(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:
+                log.exception("restorer on_change callback failed")

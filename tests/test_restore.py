@@ -1,0 +1,330 @@
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.errors import StateDirMismatchError
+from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.offsets import probe_consumer
+from sparkiq.restore import PartitionStatus, ReplicaState, Restorer
+from sparkiq.store import StoreRegistry
+from sparkiq.tables import Format, TableDef
+
+Oracle = dict[int, dict[bytes, bytes]]
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[int, bytes | None, bytes | None]],
+    oracle: Oracle | None = None,
+    *,
+    flush_every: int = 0,
+) -> None:
+    """Produce (partition, key, value) records; mirror them in *oracle*."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, (partition, key, value) in enumerate(records, 1):
+        producer.produce(topic, key=key, value=value, partition=partition)
+        if oracle is not None and key is not None:
+            if value is None:
+                oracle.setdefault(partition, {}).pop(key, None)
+            else:
+                oracle.setdefault(partition, {})[key] = value
+        if flush_every and i % flush_every == 0:
+            producer.flush()
+    producer.flush()
+
+
+def random_records(
+    partitions: int, n: int, keyspace: int, seed: int
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    rng = random.Random(seed)
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    for i in range(n):
+        k = rng.randrange(keyspace)
+        value = None if rng.random() < 0.15 else f"v{i}".encode()
+        out.append((k % partitions, f"key-{k:05d}".encode(), value))
+    return out
+
+
+def contents(restorer: Restorer, tp: tuple[str, int]) -> dict[bytes, bytes]:
+    store = restorer.store(tp)
+    assert store is not None
+    return dict(store.scan(limit=1_000_000))
+
+
+class Tables:
+    def __init__(self) -> None:
+        self.by_topic: dict[str, TableDef] = {}
+
+    def add(self, table: TableDef) -> TableDef:
+        self.by_topic[table.topic] = table
+        return table
+
+    def __call__(self, topic: str) -> TableDef | None:
+        return self.by_topic.get(topic)
+
+
+@pytest.fixture
+def tables() -> Tables:
+    return Tables()
+
+
+@pytest.fixture
+def make_restorer(
+    bootstrap: str, tables: Tables, tmp_path: Path
+) -> Iterator[Callable[..., Restorer]]:
+    started: list[Restorer] = []
+
+    def make(
+        state_dir: Path | None = None, on_change: Callable[[], None] | None = None
+    ) -> Restorer:
+        registry = StoreRegistry(state_dir or tmp_path / "state")
+        r = Restorer(bootstrap, registry, tables, on_change=on_change)
+        r.start()
+        started.append(r)
+        return r
+
+    yield make
+    for r in started:
+        r.stop()
+
+
+def all_in(restorer: Restorer, tps: list[tuple[str, int]], state: ReplicaState) -> bool:
+    st = restorer.statuses()
+    return all(tp in st and st[tp].state is state for tp in tps)
+
+
+def test_restore_equals_the_oracle(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("restore")
+    create_topic(bootstrap, topic, 3)
+    table = tables.add(TableDef(name=topic, topic=topic, partitions=3, value_format=Format.STRING))
+    oracle: Oracle = {}
+    records = random_records(3, 6000, 700, seed=1)
+    produce(bootstrap, topic, records, oracle, flush_every=1000)
+    changes = threading.Semaphore(0)
+
+    restorer = make_restorer(on_change=changes.release)
+    tps = [(topic, p) for p in range(3)]
+    restorer.assign(set(tps), set())
+    # Right after assign the partitions are known and restoring, never ACTIVE before the
+    # end is measured.
+    assert {st.state for st in restorer.statuses().values()} == {ReplicaState.RESTORING}
+    wait_for(lambda: all_in(restorer, tps, ReplicaState.ACTIVE), "all partitions active")
+
+    assert changes.acquire(timeout=1), "on_change was never called"
+    for p in range(3):
+        assert contents(restorer, (topic, p)) == oracle.get(p, {})
+        st = restorer.status((topic, p))
+        assert st is not None
+        assert st.lag == 0
+        assert st.position == st.end == sum(1 for r in records if r[0] == p)
+        assert st.table == table.name
+    assert restorer.records_applied == len(records)
+
+
+def test_active_once_the_under_reported_tail_is_applied(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("tail")
+    create_topic(bootstrap, topic, 1)
+    tables.add(TableDef(name=topic, topic=topic, partitions=1, value_format=Format.STRING))
+    # Three flushed batches of ten: the dev broker reports the end as 21, not 30.
+    records: list[tuple[int, bytes | None, bytes | None]] = [
+        (0, f"k{i:02d}".encode(), f"v{i}".encode()) for i in range(30)
+    ]
+    produce(bootstrap, topic, records, flush_every=10)
+    probe = probe_consumer(bootstrap)
+    try:
+        _, reported = probe.get_watermark_offsets(CTopicPartition(topic, 0), timeout=10)
+    finally:
+        probe.close()
+
+    restorer = make_restorer()
+    restorer.assign({(topic, 0)}, set())
+    wait_for(lambda: all_in(restorer, [(topic, 0)], ReplicaState.ACTIVE), "active")
+
+    st = restorer.status((topic, 0))
+    assert st == PartitionStatus((topic, 0), topic, ReplicaState.ACTIVE, 30, 30, 0)
+    assert len(contents(restorer, (topic, 0))) == 30
+    assert reported <= 30  # 21 on the dev broker; 30 on real Kafka
+
+
+def test_standby_follows_new_records_and_promotion_keeps_the_store(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("standby")
+    create_topic(bootstrap, topic, 2)
+    tables.add(TableDef(name=topic, topic=topic, partitions=2, value_format=Format.STRING))
+    oracle: Oracle = {}
+    records = random_records(2, 500, 100, seed=2)
+    produce(bootstrap, topic, records, oracle)
+
+    restorer = make_restorer()
+    tp = (topic, 1)
+    restorer.assign(set(), {tp})
+    st = restorer.status(tp)
+    assert st is not None
+    assert st.state is ReplicaState.STANDBY
+    wait_for(lambda: contents(restorer, tp) == oracle[1], "standby caught up")
+
+    for round_ in range(3):  # keeps following, batch after batch
+        produce(bootstrap, topic, [(1, f"new-{round_}".encode(), b"x")], oracle)
+        wait_for(lambda: contents(restorer, tp) == oracle[1], f"new record {round_}")
+    wait_for(lambda: (s := restorer.status(tp)) is not None and s.lag == 0, "lag 0")
+    status = restorer.status(tp)
+    assert status is not None
+    assert status.state is ReplicaState.STANDBY
+    assert status.position == sum(1 for r in records if r[0] == 1) + 3
+
+    applied = restorer.records_applied
+    store = restorer.store(tp)
+    restorer.assign({tp}, set())
+    wait_for(lambda: all_in(restorer, [tp], ReplicaState.ACTIVE), "promoted standby active")
+    assert restorer.store(tp) is store
+    assert restorer.records_applied == applied  # nothing replayed
+
+    restorer.assign(set(), {tp})  # and back
+    st = restorer.status(tp)
+    assert st is not None
+    assert st.state is ReplicaState.STANDBY
+    assert restorer.store(tp) is store
+
+
+def test_restart_with_the_same_state_dir_applies_only_the_tail(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+    tmp_path: Path,
+) -> None:
+    topic = unique_name("restart")
+    create_topic(bootstrap, topic, 2)
+    tables.add(TableDef(name=topic, topic=topic, partitions=2, value_format=Format.STRING))
+    oracle: Oracle = {}
+    produce(bootstrap, topic, random_records(2, 2000, 300, seed=3), oracle)
+    tps = [(topic, 0), (topic, 1)]
+    state = tmp_path / "restart-state"
+
+    first = make_restorer(state)
+    first.assign(set(tps), set())
+    wait_for(lambda: all_in(first, tps, ReplicaState.ACTIVE), "first restore")
+    assert first.records_applied == 2000
+    first.stop()
+
+    tail = random_records(2, 150, 300, seed=4)
+    produce(bootstrap, topic, tail, oracle)
+    second = make_restorer(state)
+    # Before any assignment the stores on disk are reported with their lag.
+    assert second.lags() == {tp: sum(1 for r in tail if r[0] == tp[1]) for tp in tps}
+    second.assign(set(tps), set())
+    wait_for(lambda: all_in(second, tps, ReplicaState.ACTIVE), "second restore")
+    assert second.records_applied == len(tail)
+    for tp in tps:
+        assert contents(second, tp) == oracle[tp[1]]
+
+
+def test_reassignment_drops_and_adds_partitions(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("moves")
+    create_topic(bootstrap, topic, 3)
+    tables.add(TableDef(name=topic, topic=topic, partitions=3, value_format=Format.STRING))
+    oracle: Oracle = {}
+    records = random_records(3, 900, 200, seed=5)
+    produce(bootstrap, topic, records, oracle)
+    p0, p1, p2 = ((topic, p) for p in range(3))
+
+    restorer = make_restorer()
+    restorer.assign({p0}, {p1})
+    wait_for(lambda: all_in(restorer, [p0], ReplicaState.ACTIVE), "p0 active")
+    wait_for(lambda: contents(restorer, p1) == oracle[1], "p1 followed")
+
+    restorer.assign({p2}, {p1})
+    wait_for(lambda: all_in(restorer, [p2], ReplicaState.ACTIVE), "p2 active")
+    assert restorer.status(p0) is None
+    assert restorer.store(p0) is None
+    wait_for(lambda: restorer.registry.get(topic, 0) is None, "p0 store closed")
+    assert contents(restorer, p2) == oracle[2]
+    # The dropped partition stays on disk with its checkpoint, and is reported as a lag.
+    assert restorer.registry.on_disk()[(topic, 0)] == sum(1 for r in records if r[0] == 0)
+    # Records for a dropped partition are not applied any more.
+    applied = restorer.records_applied
+    produce(bootstrap, topic, [(0, b"late", b"x"), (2, b"fresh", b"y")], oracle)
+    wait_for(lambda: contents(restorer, p2) == oracle[2], "p2 follows")
+    assert restorer.records_applied == applied + 1
+
+    restorer.assign(set(), set())
+    wait_for(lambda: restorer.registry.get(topic, 1) is None, "all closed")
+    assert restorer.statuses() == {}
+
+
+def test_null_keys_are_skipped_and_counted(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("nullkey")
+    create_topic(bootstrap, topic, 1)
+    tables.add(TableDef(name=topic, topic=topic, partitions=1, value_format=Format.STRING))
+    produce(bootstrap, topic, [(0, b"a", b"1"), (0, None, b"2"), (0, None, b"3"), (0, b"b", b"4")])
+
+    restorer = make_restorer()
+    restorer.assign({(topic, 0)}, set())
+    wait_for(lambda: all_in(restorer, [(topic, 0)], ReplicaState.ACTIVE), "active")
+    assert contents(restorer, (topic, 0)) == {b"a": b"1", b"b": b"4"}
+    assert restorer.null_key_records == 2
+    assert restorer.records_applied == 2
+    st = restorer.status((topic, 0))
+    assert st is not None
+    assert st.position == 4
+
+
+def test_state_dir_of_another_table_is_refused_at_assign(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+    tmp_path: Path,
+) -> None:
+    topic = unique_name("mismatch")
+    create_topic(bootstrap, topic, 2)
+    old = TableDef(name=topic, topic=topic, partitions=2, key_format=Format.LONG)
+    StoreRegistry(tmp_path / "state").open(old, 1).close()
+    tables.add(TableDef(name=topic, topic=topic, partitions=2))
+
+    restorer = make_restorer()
+    with pytest.raises(StateDirMismatchError, match="delete it or pass another --state-dir"):
+        restorer.assign({(topic, 0), (topic, 1)}, set())
+    assert restorer.statuses() == {}
+    assert restorer.registry.get(topic, 0) is None  # nothing left half-open
