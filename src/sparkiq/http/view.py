@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sparkiq.queries import ReplicaRole
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.store import PartitionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +33,28 @@ class Placement:
         return self.local_role is ReplicaRole.ACTIVE and self.local_ready
 
 
+class ReadableStore(Protocol):
+    """The read side of `sparkiq.store.PartitionStore`: all the HTTP layer ever calls.
+
+    Typing the view against this instead of the concrete class lets tests serve from small
+    dict-backed stores, and keeps the HTTP layer from reaching for the write methods.
+    """
+
+    def get(self, store_key: bytes) -> bytes | None: ...
+
+    def multi_get(self, store_keys: Sequence[bytes]) -> list[bytes | None]: ...
+
+    def scan(
+        self,
+        *,
+        lo: bytes | None,
+        hi: bytes | None,
+        prefix: bytes | None,
+        after: bytes | None,
+        limit: int,
+    ) -> list[tuple[bytes, bytes]]: ...
+
+
 class NodeView(Protocol):
     """The facts the HTTP layer reads from its node."""
 
@@ -48,7 +67,7 @@ class NodeView(Protocol):
 
     def placement(self, tp: TopicPartition) -> Placement: ...
 
-    def store(self, tp: TopicPartition) -> PartitionStore | None: ...
+    def store(self, tp: TopicPartition) -> ReadableStore | None: ...
 
     def metadata(self) -> dict[str, object]: ...
 

@@ -1,0 +1,442 @@
+"""The HTTP API v1 of a serving node, independent of the server interface.
+
+`HttpApi.handle(method, path, query, headers, body)` takes a request as plain values (the raw,
+still percent-encoded path) and returns a `Response`; the ASGI and RSGI adapters only move
+bytes. This module parses and dispatches, and answers the single-partition endpoints (key,
+windows, owner) and the node's own ones (tables, metadata, health, metrics); `fanout` answers
+the endpoints that span partitions (multi-get, range).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import orjson
+
+from sparkiq.errors import FormatError
+from sparkiq.http import fanout
+from sparkiq.http.forward import Forwarder
+from sparkiq.http.locate import Call, LocalReplica, Locator
+from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
+from sparkiq.http.params import (
+    Params,
+    codecs,
+    decode_segment,
+    int_param,
+    parse_key_text,
+    parse_query,
+)
+from sparkiq.http.pool import PoolForwarder
+from sparkiq.http.responses import (
+    JSON_HEADERS,
+    EdgeCode,
+    Outcome,
+    Response,
+    error_response,
+    failure_response,
+    json_response,
+)
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER, HttpSettings
+from sparkiq.http.view import NodeView
+from sparkiq.partitioner import partition_for
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.serde import split_window_store_key, window_store_key
+from sparkiq.tables import TableDef
+
+log = logging.getLogger(__name__)
+
+Answer = tuple[Response, Outcome]
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_OK = Response(200, b'{"status":"ok"}')
+
+
+class Headers(Protocol):
+    """Request headers by lower-case name (a dict, or granian's RSGI headers)."""
+
+    def get(self, key: str, default: None = None, /) -> str | None: ...
+
+
+Handler = Callable[[TableDef, str, Params, Call, bytes], Awaitable[Answer]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    """One per-table endpoint: its metrics name, method, query parameters and handler."""
+
+    name: str
+    method: str
+    params: frozenset[str]
+    handler: Handler
+
+
+def failed(failure: Failure) -> Answer:
+    return failure_response(failure), Outcome.ERROR
+
+
+class HttpApi:
+    """Answers HTTP API v1 requests for one node, from its view."""
+
+    def __init__(
+        self,
+        view: NodeView,
+        settings: HttpSettings | None = None,
+        *,
+        forwarder: Forwarder | None = None,
+        metrics: HttpMetrics | None = None,
+    ) -> None:
+        self.view = view
+        self.settings = settings or HttpSettings()
+        self.forwarder = forwarder or PoolForwarder(self.settings.pool_per_host)
+        self.metrics = metrics or HttpMetrics()
+        self.locator = Locator(view, self.settings, self.forwarder)
+        lag = ("max_lag",)
+        self._key_endpoint = _Endpoint("key", "GET", frozenset(lag), self._get_key)
+        self._table_endpoints = {
+            "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
+            "multi-get": _Endpoint("multi_get", "POST", frozenset(lag), self._multi_get),
+        }
+        self._key_endpoints = {
+            "windows": _Endpoint("windows", "GET", frozenset(("from", "to", *lag)), self._windows),
+            "owner": _Endpoint("owner", "GET", frozenset(), self._owner),
+        }
+
+    async def close(self) -> None:
+        """Close the pooled connections to other nodes."""
+        await self.forwarder.close()
+
+    # -- entry -------------------------------------------------------------------------------
+
+    async def handle(
+        self, method: str, path: str, query: str, headers: Headers, body: bytes
+    ) -> Response:
+        """Answer one request. `path` is raw (percent-encoded); `query` has no leading '?'."""
+        started = time.perf_counter()
+        endpoint = "unknown"
+        try:
+            endpoint, response, outcome = await self._dispatch(method, path, query, headers, body)
+        except FormatError as exc:
+            # A stored value that does not decode: the producer's data, not the caller's input.
+            log.warning("cannot render an answer to %s %s: %s", method, path, exc)
+            response = error_response(500, EdgeCode.UNDECODABLE, str(exc))
+            outcome = Outcome.ERROR
+        except Exception:
+            # A bug, not bad input: bad input is answered as a Failure before it gets here.
+            log.exception("unexpected error answering %s %s", method, path)
+            response = error_response(
+                500, EdgeCode.INTERNAL, "internal error; the node logged the details"
+            )
+            outcome = Outcome.ERROR
+        self.metrics.observe(endpoint, outcome, response.status, time.perf_counter() - started)
+        return response
+
+    def body_too_large(self) -> Response:
+        """The answer to a body the adapter stopped reading at `max_body_bytes`."""
+        limit = self.settings.max_body_bytes
+        failure = Failure(FailureReason.TOO_LARGE, f"request body is over {limit} bytes")
+        response = failure_response(failure)
+        self.metrics.observe("body", Outcome.ERROR, response.status, 0.0)
+        return response
+
+    async def _dispatch(
+        self, method: str, path: str, query: str, headers: Headers, body: bytes
+    ) -> tuple[str, Response, Outcome]:
+        parts = path.split("/")
+        n = len(parts)
+        if n >= 4 and parts[1] == "v1" and parts[2] == "tables":
+            table_name = decode_segment(parts[3])
+            if isinstance(table_name, Failure):
+                return ("tables", *failed(table_name))
+            endpoint = None
+            if n == 6 and parts[4] == "keys":
+                endpoint, key_segment = self._key_endpoint, parts[5]
+            elif n == 5:
+                endpoint, key_segment = self._table_endpoints.get(parts[4]), ""
+            elif n == 7 and parts[4] == "keys":
+                endpoint, key_segment = self._key_endpoints.get(parts[6]), parts[5]
+            if endpoint is not None:
+                answer = await self._on_table(
+                    endpoint, method, table_name, key_segment, path, query, headers, body
+                )
+                return (endpoint.name, *answer)
+        elif path == "/v1/tables":
+            return ("tables", *self._simple(method, self._tables))
+        elif path == "/v1/metadata":
+            return ("metadata", *self._simple(method, self._metadata))
+        elif path == "/healthz":
+            return ("healthz", *self._simple(method, lambda: _OK))
+        elif path == "/readyz":
+            return ("readyz", *self._simple(method, self._readyz))
+        elif path == "/metrics":
+            return ("metrics", *self._simple(method, self._metrics))
+        return (
+            "unknown",
+            error_response(404, EdgeCode.NO_ROUTE, f"no endpoint at {path}; see GET /v1/tables"),
+            Outcome.ERROR,
+        )
+
+    def _simple(self, method: str, answer: Callable[[], Response]) -> Answer:
+        if method != "GET":
+            return _wrong_method(method, "GET"), Outcome.ERROR
+        return answer(), Outcome.LOCAL
+
+    async def _on_table(
+        self,
+        endpoint: _Endpoint,
+        method: str,
+        table_name: str,
+        key_segment: str,
+        path: str,
+        query: str,
+        headers: Headers,
+        body: bytes,
+    ) -> Answer:
+        if method != endpoint.method:
+            return _wrong_method(method, endpoint.method), Outcome.ERROR
+        table = self.view.table(table_name)
+        if table is None:
+            return failed(self._unknown_table(table_name))
+        params = parse_query(query, endpoint.params)
+        if isinstance(params, Failure):
+            return failed(params)
+        call = self._call(headers, params, f"{path}?{query}" if query else path)
+        if isinstance(call, Failure):
+            return failed(call)
+        key_text = decode_segment(key_segment)
+        if isinstance(key_text, Failure):
+            return failed(key_text)
+        return await endpoint.handler(table, key_text, params, call, body)
+
+    def _call(self, headers: Headers, params: Params, target: str) -> Call | Failure:
+        raw_hops = headers.get(HOPS_HEADER)
+        hops = 0
+        budget = self.settings.budget_s
+        if raw_hops is not None:
+            try:
+                hops = int(raw_hops)
+            except ValueError:
+                return Failure(FailureReason.BAD_REQUEST, f"{HOPS_HEADER} must be an integer")
+            raw_budget = headers.get(BUDGET_HEADER)
+            if raw_budget is not None:
+                # A forwarded request has only what is left of the first node's budget.
+                try:
+                    budget = min(budget, max(int(raw_budget), 1) / 1000)
+                except ValueError:
+                    return Failure(FailureReason.BAD_REQUEST, f"{BUDGET_HEADER} must be ms")
+        max_lag = int_param(params, "max_lag", None, 0) if params else None
+        if isinstance(max_lag, Failure):
+            return max_lag
+        return Call(hops, time.monotonic() + budget, budget, max_lag, target)
+
+    def _unknown_table(self, name: str) -> Failure:
+        known = sorted(t.name for t in self.view.tables())
+        listing = ", ".join(known) if known else "none registered yet"
+        return Failure(
+            FailureReason.UNKNOWN_TABLE,
+            f"no table {name!r}; known tables: {listing} (GET /v1/tables lists them)",
+        )
+
+    # -- one key -----------------------------------------------------------------------------
+
+    async def _get_key(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
+        if isinstance(wire, Failure):
+            return failed(wire)
+        partition = partition_for(wire, table.partitions)
+        tp = (table.topic, partition)
+        store_key = codecs(table)[0].wire_to_store(wire)
+        while True:
+            found = await self.locator.locate(tp, call)
+            if isinstance(found, Failure):
+                return failed(found)
+            if isinstance(found, LocalReplica):
+                return self._read_key(table, key_text, wire, store_key, partition, found)
+            answer = await self.locator.forward(found, "GET", call.target, None, call)
+            if answer is None:
+                continue
+            if isinstance(answer, Failure):
+                return failed(answer)
+            return answer, Outcome.FORWARDED
+
+    def _read_key(
+        self,
+        table: TableDef,
+        key_text: str,
+        wire: bytes,
+        store_key: bytes,
+        partition: int,
+        replica: LocalReplica,
+    ) -> Answer:
+        outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
+        value = replica.store.get(store_key)
+        if value is None:
+            failure = Failure(
+                FailureReason.NOT_FOUND,
+                f"key {key_text!r} is not in table {table.name!r} "
+                f"(partition {partition}, offset {replica.offset})",
+            )
+            return failure_response(failure), outcome
+        key_codec, value_codec = codecs(table)
+        body = orjson.dumps(
+            {
+                "table": table.name,
+                "key": key_codec.render(wire),
+                # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
+                "value": orjson.Fragment(value_codec.render_json(value)),
+                "partition": partition,
+                "offset": replica.offset,
+                "node": self.view.url,
+                "standby": replica.is_standby,
+            }
+        )
+        return Response(200, body), outcome
+
+    # -- windows of one key ------------------------------------------------------------------
+
+    async def _windows(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        if not table.is_windowed:
+            return failed(
+                Failure(
+                    FailureReason.NOT_WINDOWED,
+                    f"table {table.name!r} is not windowed; use GET /v1/tables/{table.name}"
+                    "/keys/{key}",
+                )
+            )
+        lo = int_param(params, "from", _LONG_MIN, _LONG_MIN, _LONG_MAX)
+        hi = int_param(params, "to", _LONG_MAX, _LONG_MIN, _LONG_MAX)
+        for bound in (lo, hi):
+            if isinstance(bound, Failure):
+                return failed(bound)
+        assert isinstance(lo, int)
+        assert isinstance(hi, int)
+        if lo > hi:
+            return failed(Failure(FailureReason.BAD_REQUEST, f"from ({lo}) is after to ({hi})"))
+        wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
+        if isinstance(wire, Failure):
+            return failed(wire)
+        # All windows of a key live in the partition of the key alone.
+        partition = partition_for(wire, table.partitions)
+        tp = (table.topic, partition)
+        while True:
+            found = await self.locator.locate(tp, call)
+            if isinstance(found, Failure):
+                return failed(found)
+            if isinstance(found, LocalReplica):
+                return self._read_windows(table, wire, lo, hi, partition, found)
+            answer = await self.locator.forward(found, "GET", call.target, None, call)
+            if answer is None:
+                continue
+            if isinstance(answer, Failure):
+                return failed(answer)
+            return answer, Outcome.FORWARDED
+
+    def _read_windows(
+        self, table: TableDef, wire: bytes, lo: int, hi: int, partition: int, replica: LocalReplica
+    ) -> Answer:
+        key_codec, value_codec = codecs(table)
+        key_store = key_codec.wire_to_store(wire)
+        size = table.window_size_ms or 0
+        render = value_codec.render
+        width = len(key_store) + 8
+        items: list[dict[str, object]] = []
+        after: bytes | None = None
+        cap = self.settings.max_windows
+        while len(items) < cap:
+            page = replica.store.scan(
+                lo=window_store_key(key_store, lo),
+                hi=window_store_key(key_store, hi),
+                prefix=key_store,
+                after=after,
+                limit=cap,
+            )
+            for store_key, value in page:
+                # Variable-length keys: another key may extend this one and sort inside the
+                # range; every window of *this* key is exactly len(key) + 8 bytes long.
+                if len(store_key) == width:
+                    start = split_window_store_key(store_key)[1]
+                    items.append({"start": start, "end": start + size, "value": render(value)})
+            if len(page) < cap:
+                break
+            after = page[-1][0]
+        outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
+        return json_response(
+            {
+                "table": table.name,
+                "key": key_codec.render(wire),
+                "items": items[:cap],
+                "partition": partition,
+                "offset": replica.offset,
+                "node": self.view.url,
+                "standby": replica.is_standby,
+            }
+        ), outcome
+
+    # -- owner of one key --------------------------------------------------------------------
+
+    async def _owner(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
+        if isinstance(wire, Failure):
+            return failed(wire)
+        partition = partition_for(wire, table.partitions)
+        placement = self.view.placement((table.topic, partition))
+        return json_response(
+            {
+                "table": table.name,
+                "key": codecs(table)[0].render(wire),
+                "partition": partition,
+                "active": placement.active,
+                "standbys": list(placement.standbys),
+            }
+        ), Outcome.LOCAL
+
+    # -- across partitions -------------------------------------------------------------------
+
+    async def _multi_get(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        return await fanout.multi_get(self, table, params, call, body)
+
+    async def _range(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        return await fanout.range_scan(self, table, params, call)
+
+    # -- the node's own endpoints ------------------------------------------------------------
+
+    def _tables(self) -> Response:
+        return json_response({"tables": [t.summary() for t in self.view.tables()]})
+
+    def _metadata(self) -> Response:
+        return json_response(self.view.metadata())
+
+    def _readyz(self) -> Response:
+        if self.view.is_ready():
+            return _OK
+        return error_response(
+            503,
+            EdgeCode.NOT_READY,
+            "node is not ready: it has not joined the group or is still restoring",
+            (*JSON_HEADERS, ("retry-after", str(self.settings.retry_after_s))),
+        )
+
+    def _metrics(self) -> Response:
+        return Response(200, self.metrics.render(), (("content-type", METRICS_CONTENT_TYPE),))
+
+
+def _wrong_method(method: str, allowed: str) -> Response:
+    return error_response(
+        405,
+        EdgeCode.METHOD_NOT_ALLOWED,
+        f"{method} is not allowed here; use {allowed}",
+        (*JSON_HEADERS, ("allow", allowed)),
+    )

@@ -1,0 +1,320 @@
+"""The endpoints that span partitions: multi-get and range, scattered and gathered.
+
+Keys (multi-get) or partitions (range) are grouped by who answers them: this node's replicas
+are read directly; each other owner gets ONE request, all in parallel, carrying the hop
+header. Groups with no answering replica wait for a change of the view, within the budget.
+Range pages merge every partition's items in store-key order; owners are asked with the
+internal `partitions=` parameter (only accepted from another node) and return each item's
+store key so the merge does not depend on how keys render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+import orjson
+
+from sparkiq.http.locate import Call, LocalReplica
+from sparkiq.http.params import (
+    Params,
+    codecs,
+    decode_cursor,
+    encode_cursor,
+    int_param,
+    parse_key_json,
+    parse_key_text,
+)
+from sparkiq.http.responses import Outcome, Response, failure_response
+from sparkiq.partitioner import partition_for
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.serde import split_window_store_key
+from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
+
+if TYPE_CHECKING:
+    from sparkiq.http.api import Answer, HttpApi
+
+RANGE_PARAMS = frozenset(("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions"))
+
+# Window starts of a windowed table's store keys: the 8 bytes after the key.
+_ALL_WINDOWS = b"\xff" * 8
+
+
+def _best(outcomes: set[Outcome]) -> Outcome:
+    """The metrics outcome of an answer assembled from several replicas."""
+    for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
+        if outcome in outcomes:
+            return outcome
+    return Outcome.LOCAL
+
+
+# -- multi-get ---------------------------------------------------------------------------------
+
+
+async def multi_get(
+    api: HttpApi, table: TableDef, params: Params, call: Call, body: bytes
+) -> Answer:
+    settings = api.settings
+    if len(body) > settings.max_body_bytes:
+        return _fail(
+            Failure(FailureReason.TOO_LARGE, f"body is over {settings.max_body_bytes} bytes")
+        )
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _fail(Failure(FailureReason.BAD_REQUEST, f"body is not JSON: {exc}"))
+    raw_keys = doc.get("keys") if isinstance(doc, dict) else None
+    if not isinstance(raw_keys, list):
+        return _fail(
+            Failure(FailureReason.BAD_REQUEST, 'body must be a JSON object {"keys": [...]}')
+        )
+    if len(raw_keys) > settings.max_multi_get_keys:
+        return _fail(
+            Failure(
+                FailureReason.TOO_LARGE,
+                f"{len(raw_keys)} keys; at most {settings.max_multi_get_keys} per multi-get",
+            )
+        )
+    codec, value_codec = codecs(table)
+    wires: list[bytes] = []
+    by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
+    for i, raw in enumerate(raw_keys):
+        wire = parse_key_json(table, raw, i, settings.max_key_bytes)
+        if isinstance(wire, Failure):
+            return _fail(wire)
+        wires.append(wire)
+        by_tp[(table.topic, partition_for(wire, table.partitions))].append(i)
+
+    values: list[object] = [None] * len(wires)
+    outcomes: set[Outcome] = set()
+    render_value = value_codec.render
+    pending = dict(by_tp)
+    last_why = ""
+    while pending:
+        remote: dict[str, list[TopicPartition]] = defaultdict(list)
+        waiting: dict[TopicPartition, list[int]] = {}
+        for tp, indices in pending.items():
+            found = api.locator.resolve(tp, call.max_lag)
+            if isinstance(found, LocalReplica):
+                got = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
+                for i, value in zip(indices, got, strict=True):
+                    values[i] = None if value is None else render_value(value)
+                outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
+            elif isinstance(found, str):
+                remote[found].append(tp)
+            else:
+                waiting[tp] = indices
+                last_why = found.message
+        if remote:
+            urls = list(remote)
+            answers = await asyncio.gather(
+                *(
+                    _ask_multi(
+                        api,
+                        url,
+                        table,
+                        [i for tp in remote[url] for i in pending[tp]],
+                        raw_keys,
+                        call,
+                    )
+                    for url in urls
+                )
+            )
+            for url, answer in zip(urls, answers, strict=True):
+                indices = [i for tp in remote[url] for i in pending[tp]]
+                if answer is None:  # unreachable: try these partitions again after a pause
+                    waiting.update((tp, pending[tp]) for tp in remote[url])
+                    last_why = f"owner {url} is unreachable"
+                    continue
+                if isinstance(answer, Failure):
+                    return _fail(answer)
+                if answer.status != 200:
+                    return answer, Outcome.FORWARDED  # the owner's failure, as it said it
+                items = orjson.loads(answer.body)["items"]
+                for i, item in zip(indices, items, strict=True):
+                    values[i] = item["value"]
+                outcomes.add(Outcome.FORWARDED)
+        pending = waiting
+        if pending and not await api.locator.wait(call, api.settings.reconnect_pause_s):
+            return _fail(api.locator.gave_up(call, last_why))
+    items = [
+        {"key": codec.render(wire), "value": value}
+        for wire, value in zip(wires, values, strict=True)
+    ]
+    return Response(200, orjson.dumps({"items": items})), _best(outcomes)
+
+
+async def _ask_multi(
+    api: HttpApi, url: str, table: TableDef, indices: list[int], raw_keys: list[Any], call: Call
+) -> Response | Failure | None:
+    body = orjson.dumps({"keys": [raw_keys[i] for i in indices]})
+    return await api.locator.forward(url, "POST", call.target, body, call)
+
+
+# -- range -------------------------------------------------------------------------------------
+
+
+async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) -> Answer:
+    settings = api.settings
+    internal = "partitions" in params
+    if internal and call.hops == 0:
+        return _fail(
+            Failure(
+                FailureReason.BAD_REQUEST,
+                "partitions is internal to sparkiq nodes; ask for the whole table instead",
+            )
+        )
+    # An owner asked by another node returns one more than the asker's page size.
+    max_limit = settings.max_range_limit + (1 if internal else 0)
+    limit = int_param(params, "limit", settings.default_range_limit, 1, max_limit)
+    if isinstance(limit, Failure):
+        return _fail(limit)
+    assert limit is not None
+    bounds = _range_bounds(api, table, params)
+    if isinstance(bounds, Failure):
+        return _fail(bounds)
+    lo, hi, prefix, after = bounds
+    if internal:
+        parts = _partition_list(params["partitions"], table.partitions)
+        if isinstance(parts, Failure):
+            return _fail(parts)
+    else:
+        parts = list(range(table.partitions))
+
+    fetch = limit + 1  # one more than the page: tells whether there is a next page
+    collected: list[tuple[bytes, dict[str, object]]] = []
+    outcomes: set[Outcome] = set()
+    pending = [(table.topic, p) for p in parts]
+    last_why = ""
+    while pending:
+        remote: dict[str, list[TopicPartition]] = defaultdict(list)
+        waiting: list[TopicPartition] = []
+        for tp in pending:
+            found = api.locator.resolve(tp, call.max_lag)
+            if isinstance(found, LocalReplica):
+                rows = found.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=fetch)
+                collected.extend(_render_rows(table, rows))
+                outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
+            elif isinstance(found, str):
+                remote[found].append(tp)
+            else:
+                waiting.append(tp)
+                last_why = found.message
+        if remote:
+            urls = list(remote)
+            answers = await asyncio.gather(
+                *(_ask_range(api, url, table, params, remote[url], fetch, call) for url in urls)
+            )
+            for url, answer in zip(urls, answers, strict=True):
+                if answer is None:
+                    waiting.extend(remote[url])
+                    last_why = f"owner {url} is unreachable"
+                    continue
+                if isinstance(answer, Failure):
+                    return _fail(answer)
+                if answer.status != 200:
+                    return answer, Outcome.FORWARDED
+                for item in orjson.loads(answer.body)["items"]:
+                    store_key = decode_cursor(item.pop("store_key"))
+                    assert isinstance(store_key, bytes)
+                    collected.append((store_key, item))
+                outcomes.add(Outcome.FORWARDED)
+        pending = waiting
+        if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
+            return _fail(api.locator.gave_up(call, last_why))
+
+    # Each key lives in exactly one partition, so store keys never repeat across partitions.
+    collected.sort(key=lambda pair: pair[0])
+    page = collected[:limit]
+    next_cursor = encode_cursor(page[-1][0]) if len(collected) > limit else None
+    if internal:
+        items = [dict(item, store_key=encode_cursor(sk)) for sk, item in page]
+    else:
+        items = [item for _, item in page]
+    body = orjson.dumps({"items": items, "next_cursor": next_cursor})
+    return Response(200, body), _best(outcomes)
+
+
+def _range_bounds(
+    api: HttpApi, table: TableDef, params: Params
+) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
+    """from/to/prefix/cursor -> store-key bounds (lo, hi inclusive, prefix, after)."""
+    codec = codecs(table)[0]
+    limit = api.settings.max_key_bytes
+    out: list[bytes | None] = []
+    for name in ("from", "to", "prefix"):
+        text = params.get(name)
+        if text is None:
+            out.append(None)
+            continue
+        wire = parse_key_text(table, text, limit)
+        if isinstance(wire, Failure):
+            return Failure(wire.reason, f"{name}: {wire.message}")
+        out.append(codec.wire_to_store(wire))
+    lo, hi, prefix = out
+    if table.is_windowed and hi is not None:
+        hi += _ALL_WINDOWS  # `to` names a key: include all of its windows
+    after: bytes | None = None
+    if "cursor" in params:
+        cursor = decode_cursor(params["cursor"])
+        if isinstance(cursor, Failure):
+            return cursor
+        after = cursor
+    return lo, hi, prefix, after
+
+
+def _partition_list(text: str, count: int) -> list[int] | Failure:
+    try:
+        parts = sorted({int(p) for p in text.split(",")})
+    except ValueError:
+        return Failure(FailureReason.BAD_REQUEST, f"partitions={text!r} is not a list of ints")
+    if not parts or parts[0] < 0 or parts[-1] >= count:
+        return Failure(FailureReason.BAD_REQUEST, f"partitions must be in 0..{count - 1}")
+    return parts
+
+
+def _render_rows(
+    table: TableDef, rows: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, dict[str, object]]]:
+    codec, value_codec = codecs(table)
+    render_value = value_codec.render
+    if not table.is_windowed:
+        return [
+            (sk, {"key": codec.render(codec.store_to_wire(sk)), "value": render_value(v)})
+            for sk, v in rows
+        ]
+    size = table.window_size_ms or 0
+    out: list[tuple[bytes, dict[str, object]]] = []
+    for sk, v in rows:
+        key_store, start = split_window_store_key(sk)
+        item: dict[str, object] = {
+            "key": codec.render(codec.store_to_wire(key_store)),
+            "start": start,
+            "end": start + size,
+            "value": render_value(v),
+        }
+        out.append((sk, item))
+    return out
+
+
+async def _ask_range(
+    api: HttpApi,
+    url: str,
+    table: TableDef,
+    params: Params,
+    tps: list[TopicPartition],
+    fetch: int,
+    call: Call,
+) -> Response | Failure | None:
+    query = {k: v for k, v in params.items() if k not in ("limit", "partitions")}
+    query["limit"] = str(fetch)
+    query["partitions"] = ",".join(str(p) for _, p in tps)
+    target = f"/v1/tables/{table.name}/range?{urlencode(query)}"
+    return await api.locator.forward(url, "GET", target, None, call)
+
+
+def _fail(failure: Failure) -> Answer:
+    return failure_response(failure), Outcome.ERROR

@@ -1,0 +1,119 @@
+"""Finds the replica that answers one partition, waiting inside the request's budget.
+
+`Call` is what one request carries through the layer (hops so far, deadline, max_lag, its
+path for forwarding). `Locator` turns a partition into a readable local replica, an owner URL
+to forward to, or a `Failure`: it waits on the view's change signal while no replica can
+answer, and gives up with UNAVAILABLE (503 + Retry-After) when the budget runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sparkiq.http.forward import Forwarder, Unreachable
+from sparkiq.http.responses import Response
+from sparkiq.http.routing import RouteKind, route
+from sparkiq.http.settings import HttpSettings
+from sparkiq.http.view import NodeView, ReadableStore
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.topology import TopicPartition
+
+# Wait at most this long on the view between looks at the placement, so a change signal
+# that slipped past (a view updated from another thread) costs a fraction of the budget.
+_RECHECK_S = 0.25
+
+
+@dataclass(slots=True)
+class Call:
+    """One request on its way through the layer."""
+
+    hops: int  # forwards behind this request (0 = from a client)
+    deadline: float  # time.monotonic() after which the request answers 503
+    budget_s: float  # the budget it started with, for messages
+    max_lag: int | None  # a standby within this many offsets may answer
+    target: str  # raw path + query, as forwarded
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplica:
+    """This node's replica of a partition, ready to read."""
+
+    store: ReadableStore
+    offset: int | None  # next changelog offset it will apply (the answer's freshness)
+    is_standby: bool
+
+
+class Locator:
+    """Resolves partitions to replicas for one node, and forwards within the hop limit."""
+
+    def __init__(self, view: NodeView, settings: HttpSettings, forwarder: Forwarder) -> None:
+        self.view = view
+        self.settings = settings
+        self.forwarder = forwarder
+
+    def resolve(self, tp: TopicPartition, max_lag: int | None) -> LocalReplica | str | Failure:
+        """Without waiting: a local replica, the owner's URL, or why neither (UNAVAILABLE)."""
+        placement = self.view.placement(tp)
+        decision = route(placement, self_url=self.view.url, max_lag=max_lag)
+        kind = decision.kind
+        if kind is RouteKind.FORWARD:
+            assert decision.url is not None
+            return decision.url
+        if kind is RouteKind.WAIT:
+            return Failure(FailureReason.UNAVAILABLE, decision.reason)
+        store = self.view.store(tp)
+        if store is None:
+            return Failure(
+                FailureReason.UNAVAILABLE, f"partition {tp[1]} of {tp[0]} has no open store yet"
+            )
+        return LocalReplica(store, placement.local_offset, kind is RouteKind.STANDBY)
+
+    async def locate(self, tp: TopicPartition, call: Call) -> LocalReplica | str | Failure:
+        """Like `resolve`, but waits for a change while nobody can answer, up to the deadline."""
+        while True:
+            found = self.resolve(tp, call.max_lag)
+            if not isinstance(found, Failure):
+                return found
+            if not await self.wait(call, _RECHECK_S):
+                return self.gave_up(call, found.message)
+
+    async def wait(self, call: Call, at_most_s: float) -> bool:
+        """Wait for the view to change (at most `at_most_s`); False once the budget is spent."""
+        remaining = call.remaining()
+        if remaining <= 0:
+            return False
+        await self.view.changed(min(remaining, at_most_s))
+        return call.remaining() > 0
+
+    def gave_up(self, call: Call, why: str) -> Failure:
+        return Failure(
+            FailureReason.UNAVAILABLE,
+            f"{why}; no replica could answer within {call.budget_s:g}s, retry later",
+            retry_after_s=float(self.settings.retry_after_s),
+        )
+
+    def loop_detected(self, call: Call, url: str) -> Failure:
+        return Failure(
+            FailureReason.LOOP_DETECTED,
+            f"request was forwarded {call.hops} times and would go on to {url}; the nodes "
+            "disagree on the owner (a rebalance in progress?), retry shortly",
+        )
+
+    async def forward(
+        self, url: str, method: str, target: str, body: bytes | None, call: Call
+    ) -> Response | Failure | None:
+        """Ask the owner once. None = unreachable and worth another try after a pause."""
+        if call.hops >= self.settings.hop_limit:
+            return self.loop_detected(call, url)
+        result = await self.forwarder.send(
+            url, method, target, body, hops=call.hops, budget_s=max(call.remaining(), 0.001)
+        )
+        if isinstance(result, Unreachable):
+            if await self.wait(call, self.settings.reconnect_pause_s):
+                return None
+            return self.gave_up(call, f"owner {url} is unreachable ({result.message})")
+        return result

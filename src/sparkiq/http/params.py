@@ -1,0 +1,128 @@
+"""Parsing of path segments, query parameters, headers and keys; bad input becomes a Failure.
+
+Nothing here raises for bad input: every function returns the parsed value or a `Failure`
+(BAD_REQUEST, TOO_LARGE), which the caller hands back for the edge to render.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Collection
+from urllib.parse import parse_qsl, unquote
+
+from sparkiq.errors import KeyFormatError
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.serde import KeyCodec, ValueCodec, key_codec, value_codec
+from sparkiq.tables import TableDef
+
+Params = dict[str, str]
+
+# Codecs by table object: serde caches them by TableDef, whose hash walks every field; this
+# is looked up on every request. A changed definition is a new object and gets new codecs.
+_CODECS: dict[int, tuple[TableDef, KeyCodec, ValueCodec]] = {}
+
+
+def codecs(table: TableDef) -> tuple[KeyCodec, ValueCodec]:
+    """The key and value codecs of `table`."""
+    entry = _CODECS.get(id(table))
+    if entry is None or entry[0] is not table:
+        if len(_CODECS) > 1024:  # definitions replaced many times over: start afresh
+            _CODECS.clear()
+        entry = (table, key_codec(table), value_codec(table))
+        _CODECS[id(table)] = entry
+    return entry[1], entry[2]
+
+
+def parse_query(query: str, allowed: Collection[str]) -> Params | Failure:
+    """The query string as a dict (last value wins); unknown names are refused."""
+    if not query:
+        return {}
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, errors="strict")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Failure(FailureReason.BAD_REQUEST, f"query string does not parse: {exc}")
+    params = dict(pairs)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        return Failure(
+            FailureReason.BAD_REQUEST,
+            f"unknown parameter(s) {', '.join(unknown)}; this endpoint takes "
+            f"{', '.join(sorted(allowed)) or 'none'}",
+        )
+    return params
+
+
+def decode_segment(raw: str) -> str | Failure:
+    """Percent-decode one path segment (UTF-8)."""
+    if "%" not in raw:
+        return raw
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        return Failure(FailureReason.BAD_REQUEST, "path segment is not percent-encoded UTF-8")
+
+
+def int_param(
+    params: Params, name: str, default: int | None, lo: int | None = None, hi: int | None = None
+) -> int | Failure | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        return Failure(FailureReason.BAD_REQUEST, f"{name}={raw!r} is not an integer")
+    if lo is not None and value < lo:
+        return Failure(FailureReason.BAD_REQUEST, f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        return Failure(FailureReason.BAD_REQUEST, f"{name} must be <= {hi}, got {value}")
+    return value
+
+
+def parse_key_text(table: TableDef, text: str, max_bytes: int) -> bytes | Failure:
+    """Key text from a path or parameter -> wire bytes, within the size limit."""
+    if len(text) > max_bytes or len(text.encode()) > max_bytes:
+        return too_large_key(max_bytes)
+    try:
+        wire = codecs(table)[0].parse_text(text)
+    except KeyFormatError as exc:
+        return Failure(FailureReason.BAD_REQUEST, str(exc))
+    if len(wire) > max_bytes:
+        return too_large_key(max_bytes)
+    return wire
+
+
+def parse_key_json(table: TableDef, value: object, index: int, max_bytes: int) -> bytes | Failure:
+    """A key given in a JSON body -> wire bytes, within the size limit."""
+    try:
+        wire = codecs(table)[0].parse_json(value)
+    except KeyFormatError as exc:
+        return Failure(FailureReason.BAD_REQUEST, f"keys[{index}]: {exc}")
+    if len(wire) > max_bytes:
+        return Failure(
+            FailureReason.TOO_LARGE, f"keys[{index}] is over the {max_bytes}-byte key limit"
+        )
+    return wire
+
+
+def too_large_key(max_bytes: int) -> Failure:
+    return Failure(
+        FailureReason.TOO_LARGE,
+        f"key is over the {max_bytes}-byte limit; keys that long cannot be looked up by path",
+    )
+
+
+def encode_cursor(store_key: bytes) -> str:
+    return base64.urlsafe_b64encode(store_key).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(text: str) -> bytes | Failure:
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        return Failure(
+            FailureReason.BAD_REQUEST,
+            "cursor does not decode; pass the next_cursor of the previous page as it is",
+        )

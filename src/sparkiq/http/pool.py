@@ -1,0 +1,270 @@
+"""A small HTTP/1.1 client with keep-alive pools, for node-to-node forwarding.
+
+Forwarding is on the hot path of every request that lands on the wrong node, and a general
+client (aiohttp) spends more time per request than the whole local answer takes. This one
+only does what sparkiq nodes need from each other: one request at a time per connection,
+responses framed by Content-Length (chunked and close-delimited also understood), idle
+connections kept per origin and reused. A request that fails on a reused connection before
+any answer byte arrived is retried once on a new connection: all forwarded requests are reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+from sparkiq.http.forward import Unreachable
+from sparkiq.http.responses import JSON, JSON_HEADERS, Response
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+
+_MAX_HEAD = 64 * 1024
+
+
+class _Broken(Exception):
+    """The connection closed or sent something that is not HTTP/1.1; internal to this module."""
+
+    def __init__(self, message: str, *, got_bytes: bool) -> None:
+        super().__init__(message)
+        self.got_bytes = got_bytes
+
+
+@dataclass(slots=True)
+class _Answer:
+    status: int
+    retry_after: str | None
+    body: bytes
+    keep_alive: bool
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; parses one response at a time from what arrives."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[_Answer] | None = None
+        self._head: tuple[int, str | None, int | None, bool, bool] | None = None
+        self._head_len = 0
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._waiter is None or self._waiter.done():
+            return
+        try:
+            answer = self._parse(eof=False)
+        except _Broken as exc:
+            self._fail(exc)
+            return
+        if answer is not None:
+            self._waiter.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            try:
+                answer = self._parse(eof=True)
+            except _Broken as broken:
+                self._fail(broken)
+                return
+            if answer is not None:
+                self._waiter.set_result(answer)
+            else:
+                self._fail(_Broken(f"connection closed: {exc}", got_bytes=bool(self._buf)))
+
+    # -- use ---------------------------------------------------------------------------------
+
+    def send(self, request: bytes) -> asyncio.Future[_Answer]:
+        assert self.transport is not None
+        self._buf.clear()
+        self._head = None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return self._waiter
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, exc: _Broken) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        self.close()
+
+    def _parse(self, *, eof: bool) -> _Answer | None:
+        buf = self._buf
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > _MAX_HEAD:
+                    raise _Broken("response head too large", got_bytes=True)
+                return None
+            self._head = _parse_head(bytes(buf[:end]))
+            self._head_len = end + 4
+        status, retry_after, length, chunked, keep_alive = self._head
+        start = self._head_len
+        if length is not None:
+            if len(buf) - start < length:
+                return None
+            return _Answer(status, retry_after, bytes(buf[start : start + length]), keep_alive)
+        if chunked:
+            body = _dechunk(buf, start)
+            return None if body is None else _Answer(status, retry_after, body, keep_alive)
+        if not eof:  # delimited by the end of the connection
+            return None
+        return _Answer(status, retry_after, bytes(buf[start:]), False)
+
+
+def _parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+        raise _Broken(f"not an HTTP/1.x status line: {lines[0][:80]!r}", got_bytes=True)
+    try:
+        status = int(parts[1])
+    except ValueError:
+        raise _Broken(f"bad status {parts[1][:20]!r}", got_bytes=True) from None
+    keep_alive = parts[0] == b"HTTP/1.1"
+    length: int | None = None
+    chunked = False
+    retry_after: str | None = None
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value.strip())
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        elif name == b"connection":
+            keep_alive = value.strip().lower() != b"close"
+        elif name == b"retry-after":
+            retry_after = value.strip().decode("latin-1")
+    return status, retry_after, length, chunked, keep_alive
+
+
+def _dechunk(buf: bytearray, pos: int) -> bytes | None:
+    out = bytearray()
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+        pos = eol + 2
+        if size == 0:
+            return bytes(out) if buf.find(b"\r\n", pos) >= 0 else None
+        if len(buf) < pos + size + 2:
+            return None
+        out += buf[pos : pos + size]
+        pos += size + 2
+
+
+class _Origin:
+    """Idle connections to one origin (host, port)."""
+
+    def __init__(self, host: str, port: int, keep: int) -> None:
+        self.host = host
+        self.port = port
+        self.keep = keep
+        self.idle: deque[_Connection] = deque()
+
+    async def connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        return conn
+
+    def release(self, conn: _Connection, keep_alive: bool) -> None:
+        if keep_alive and not conn.closed and len(self.idle) < self.keep:
+            self.idle.append(conn)
+        else:
+            conn.close()
+
+
+class PoolForwarder:
+    """`Forwarder` over raw keep-alive HTTP/1.1 connections, pooled per owner URL."""
+
+    def __init__(self, pool_per_host: int = 64) -> None:
+        self._keep = pool_per_host
+        self._origins: dict[str, _Origin] = {}
+
+    def _origin(self, base_url: str) -> _Origin:
+        origin = self._origins.get(base_url)
+        if origin is None:
+            parts = urlsplit(base_url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ValueError(f"cannot forward to {base_url!r}: only http://host:port")
+            origin = _Origin(parts.hostname, parts.port or 80, self._keep)
+            self._origins[base_url] = origin
+        return origin
+
+    async def send(
+        self,
+        base_url: str,
+        method: str,
+        target: str,
+        body: bytes | None,
+        *,
+        hops: int,
+        budget_s: float,
+    ) -> Response | Unreachable:
+        try:
+            origin = self._origin(base_url)
+        except ValueError as exc:
+            return Unreachable(base_url, str(exc))
+        head = (
+            f"{method} {target} HTTP/1.1\r\nhost: {origin.host}:{origin.port}\r\n"
+            f"{HOPS_HEADER}: {hops + 1}\r\n{BUDGET_HEADER}: {max(1, int(budget_s * 1000))}\r\n"
+        )
+        if body is not None:
+            head += f"content-type: {JSON}\r\ncontent-length: {len(body)}\r\n"
+        request = (head + "\r\n").encode("latin-1") + (body or b"")
+        try:
+            async with asyncio.timeout(budget_s):
+                answer = await self._exchange(origin, request)
+        except TimeoutError:
+            return Unreachable(base_url, f"no answer within {budget_s:.3f}s")
+        except (OSError, _Broken) as exc:
+            return Unreachable(base_url, f"{type(exc).__name__}: {exc}")
+        headers = JSON_HEADERS
+        if answer.retry_after is not None:
+            headers = (*JSON_HEADERS, ("retry-after", answer.retry_after))
+        return Response(answer.status, answer.body, headers)
+
+    async def _exchange(self, origin: _Origin, request: bytes) -> _Answer:
+        while origin.idle:
+            conn = origin.idle.pop()  # most recently used: the least likely to have timed out
+            if conn.closed:
+                continue
+            try:
+                answer = await self._once(origin, conn, request)
+            except _Broken as exc:
+                if exc.got_bytes:
+                    raise
+                continue  # the owner closed an idle connection: take another one
+            return answer
+        return await self._once(origin, await origin.connect(), request)
+
+    async def _once(self, origin: _Origin, conn: _Connection, request: bytes) -> _Answer:
+        try:
+            answer = await conn.send(request)
+        except BaseException:
+            conn.close()  # cancelled or broken mid-answer: the connection's state is unknown
+            raise
+        origin.release(conn, answer.keep_alive)
+        return answer
+
+    async def close(self) -> None:
+        for origin in self._origins.values():
+            while origin.idle:
+                origin.idle.pop().close()
+        self._origins.clear()
+        await asyncio.sleep(0)

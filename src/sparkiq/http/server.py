@@ -1,0 +1,139 @@
+"""Runs the HTTP API inside the node's own asyncio loop, on granian's embedded server.
+
+granian does the socket and HTTP/1.1 work in Rust and calls the app on the caller's loop
+(uvloop or asyncio), so the API shares the loop, the view and the connection pool of its
+node. `HttpServer.start()` returns once the port accepts connections; `stop()` stops
+accepting, lets granian finish its workers, and closes the forwarding pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from enum import StrEnum
+from types import TracebackType
+
+from granian.constants import HTTPModes, Interfaces
+from granian.server.embed import Server
+
+from sparkiq.errors import ConfigError
+from sparkiq.http.api import HttpApi
+from sparkiq.http.asgi import AsgiApp
+from sparkiq.http.forward import Forwarder
+from sparkiq.http.metrics import HttpMetrics
+from sparkiq.http.rsgi import RsgiApp
+from sparkiq.http.settings import HttpSettings
+from sparkiq.http.view import NodeView
+
+log = logging.getLogger(__name__)
+
+
+class Interface(StrEnum):
+    """Which granian interface carries the API (see `sparkiq.http.rsgi` for the trade-off)."""
+
+    ASGI = "asgi"  # exact raw paths: keys may hold any character, "/" included
+    RSGI = "rsgi"  # granian's native interface; keys must not contain "/"
+
+
+class HttpServer:
+    """One node's HTTP API on host:port, served in the running loop."""
+
+    def __init__(
+        self,
+        view: NodeView,
+        host: str,
+        port: int,
+        settings: HttpSettings | None = None,
+        *,
+        interface: Interface = Interface.ASGI,
+        forwarder: Forwarder | None = None,
+        metrics: HttpMetrics | None = None,
+        backlog: int = 1024,
+    ) -> None:
+        if port <= 0:
+            raise ConfigError(f"the HTTP port must be a fixed port > 0, got {port}")
+        self.host = host
+        self.port = port
+        self.api = HttpApi(view, settings, forwarder=forwarder, metrics=metrics)
+        target: AsgiApp | RsgiApp
+        if interface is Interface.RSGI:
+            target, granian_interface = RsgiApp(self.api), Interfaces.RSGI
+        else:
+            # ASGINL: no lifespan round trip; the node owns startup and shutdown.
+            target, granian_interface = AsgiApp(self.api), Interfaces.ASGINL
+        self._server = Server(
+            target,
+            address=host,
+            port=port,
+            interface=granian_interface,
+            http=HTTPModes.http1,
+            websockets=False,
+            log_enabled=False,
+            backlog=backlog,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self, timeout_s: float = 10.0) -> None:
+        """Start serving; returns once the port accepts connections."""
+        if self._task is not None:
+            return
+        self._task = asyncio.get_running_loop().create_task(self._server.serve())
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            if self._task.done():
+                self._task.result()  # raises what stopped granian (e.g. port in use)
+                raise ConfigError(f"HTTP server on {self.url} stopped while starting")
+            try:
+                _, writer = await asyncio.open_connection(self.host, self.port)
+            except OSError:
+                if asyncio.get_running_loop().time() > deadline:
+                    await self.stop()
+                    raise ConfigError(f"HTTP server on {self.url} did not start") from None
+                await asyncio.sleep(0.01)
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return
+
+    async def stop(self) -> None:
+        """Stop accepting, wait for granian to wind down, close the forwarding pool."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._server.stop()  # type: ignore[no-untyped-call]
+            try:
+                await asyncio.wait_for(task, timeout=10)
+            except TimeoutError:
+                log.warning("HTTP server on %s did not stop within 10s", self.url)
+        await self.api.close()
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def serve(
+    view: NodeView,
+    host: str,
+    port: int,
+    settings: HttpSettings | None = None,
+    *,
+    interface: Interface = Interface.ASGI,
+) -> HttpServer:
+    """Start the node's HTTP API in the running loop; `await server.stop()` to end it."""
+    server = HttpServer(view, host, port, settings, interface=interface)
+    await server.start()
+    return server

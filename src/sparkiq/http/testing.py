@@ -1,0 +1,189 @@
+"""A view and a store that behave, for tests and benchmarks of the HTTP layer.
+
+`StaticView` implements `NodeView` with placements set by hand: each partition's active and
+standbys, and this node's replica (role, ready, offset, lag). `DictStore` implements the read
+side of `PartitionStore` over a sorted dict. Both live in the package so the node's tests and
+the benchmark can drive the HTTP layer without Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+from collections.abc import Iterable, Sequence
+
+from sparkiq.http.view import Placement, ReadableStore
+from sparkiq.partitioner import partition_for
+from sparkiq.queries import ReplicaRole
+from sparkiq.serde import key_codec, value_codec, window_store_key
+from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
+
+
+class DictStore:
+    """`ReadableStore` over a dict, with PartitionStore's scan semantics (hi inclusive)."""
+
+    def __init__(self, items: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self.data: dict[bytes, bytes] = dict(items)
+        self._keys: list[bytes] | None = None
+        self.reads = 0  # get/multi_get/scan calls, for tests that check who read
+
+    def put(self, store_key: bytes, value: bytes) -> None:
+        self.data[store_key] = value
+        self._keys = None
+
+    def get(self, store_key: bytes) -> bytes | None:
+        self.reads += 1
+        return self.data.get(store_key)
+
+    def multi_get(self, store_keys: Sequence[bytes]) -> list[bytes | None]:
+        self.reads += 1
+        return [self.data.get(k) for k in store_keys]
+
+    def scan(
+        self,
+        *,
+        lo: bytes | None = None,
+        hi: bytes | None = None,
+        prefix: bytes | None = None,
+        after: bytes | None = None,
+        limit: int,
+    ) -> list[tuple[bytes, bytes]]:
+        self.reads += 1
+        if self._keys is None:
+            self._keys = sorted(self.data)
+        keys = self._keys
+        start = max(k for k in (lo or b"", prefix or b"", after or b"") if k is not None)
+        out: list[tuple[bytes, bytes]] = []
+        for key in keys[bisect.bisect_left(keys, start) :]:
+            if len(out) >= limit or (hi is not None and key > hi):
+                break
+            if prefix is not None and not key.startswith(prefix):
+                break
+            if after is not None and key <= after:
+                continue
+            out.append((key, self.data[key]))
+        return out
+
+
+class StaticView:
+    """`NodeView` whose placements and stores are set by the test."""
+
+    def __init__(self, url: str, tables: Sequence[TableDef] = ()) -> None:
+        self._url = url
+        self._tables = {t.name: t for t in tables}
+        self._placements: dict[TopicPartition, Placement] = {}
+        self._stores: dict[TopicPartition, ReadableStore] = {}
+        self._changed = asyncio.Event()
+        self.ready = True
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    # -- set up ------------------------------------------------------------------------------
+
+    def add_table(self, table: TableDef) -> None:
+        self._tables[table.name] = table
+        self._notify()
+
+    def set_placement(
+        self,
+        tp: TopicPartition,
+        active: str | None,
+        standbys: Sequence[str] = (),
+        *,
+        store: ReadableStore | None = None,
+        ready: bool = True,
+        offset: int | None = 0,
+        lag: int | None = 0,
+    ) -> None:
+        """Who holds `tp`; this node's role follows from its URL in active/standbys."""
+        role = None
+        if active == self._url:
+            role = ReplicaRole.ACTIVE
+        elif self._url in standbys:
+            role = ReplicaRole.STANDBY
+        self._placements[tp] = Placement(
+            tp,
+            active,
+            tuple(standbys),
+            local_role=role,
+            local_ready=ready and role is not None,
+            local_offset=offset if role is not None else None,
+            local_lag=lag if role is not None else None,
+        )
+        if store is not None:
+            self._stores[tp] = store
+        self._notify()
+
+    def place_all(self, table: TableDef, owner_of: dict[int, str]) -> None:
+        """Each partition of `table` active on the URL given for it; a DictStore if local."""
+        for p, url in owner_of.items():
+            tp = (table.topic, p)
+            store = self._stores.get(tp) or (DictStore() if url == self._url else None)
+            self.set_placement(tp, url, store=store)
+
+    def local_store(self, tp: TopicPartition) -> DictStore:
+        store = self._stores.setdefault(tp, DictStore())
+        assert isinstance(store, DictStore)
+        return store
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- NodeView ----------------------------------------------------------------------------
+
+    def table(self, name: str) -> TableDef | None:
+        return self._tables.get(name)
+
+    def tables(self) -> Sequence[TableDef]:
+        return list(self._tables.values())
+
+    def placement(self, tp: TopicPartition) -> Placement:
+        return self._placements.get(tp) or Placement(tp, None)
+
+    def store(self, tp: TopicPartition) -> ReadableStore | None:
+        return self._stores.get(tp)
+
+    def metadata(self) -> dict[str, object]:
+        return {
+            "node": self._url,
+            "partitions": {
+                f"{tp[0]}:{tp[1]}": {"active": p.active, "standbys": list(p.standbys)}
+                for tp, p in sorted(self._placements.items())
+            },
+        }
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    async def changed(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+
+
+def put_value(
+    stores: dict[TopicPartition, DictStore] | StaticView,
+    table: TableDef,
+    key: object,
+    value: object,
+    *,
+    window_start: int | None = None,
+) -> int:
+    """Write `key` (its JSON form) -> `value` where the partitioner puts it; the partition."""
+    codec = key_codec(table)
+    wire = codec.parse_json(key)
+    partition = partition_for(wire, table.partitions)
+    tp = (table.topic, partition)
+    store_key = codec.wire_to_store(wire)
+    if window_start is not None:
+        store_key = window_store_key(store_key, window_start)
+    if isinstance(stores, StaticView):
+        store = stores.local_store(tp)
+    else:
+        store = stores.setdefault(tp, DictStore())
+    store.put(store_key, value_codec(table).encode(value))
+    return partition
