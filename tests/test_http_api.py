@@ -15,9 +15,7 @@ from sparkiq.tables import Format, TableDef, TableKind
 ME = "http://node-a"
 USERS = TableDef("users", "users-changelog", 4)
 COUNTS = TableDef("counts", "counts-changelog", 3, key_format=Format.LONG, value_format=Format.LONG)
-CLICKS = TableDef(
-    "clicks", "clicks-changelog", 2, kind=TableKind.WINDOWED, window_size_ms=60_000
-)
+CLICKS = TableDef("clicks", "clicks-changelog", 2, kind=TableKind.WINDOWED, window_size_ms=60_000)
 
 
 def make_view() -> StaticView:
@@ -308,9 +306,7 @@ async def test_windows_errors(client: httpx.AsyncClient) -> None:
     assert_error(r, 400, "bad_request")
 
 
-async def test_owner_names_active_and_standbys(
-    client: httpx.AsyncClient, view: StaticView
-) -> None:
+async def test_owner_names_active_and_standbys(client: httpx.AsyncClient, view: StaticView) -> None:
     partition = put_value(view, USERS, "user-03", {"n": 3})
     view.set_placement((USERS.topic, partition), "http://node-b", ("http://node-c", ME))
     r = await client.get("/v1/tables/users/keys/user-03/owner")

@@ -1,8 +1,8 @@
 """The HTTP API of a serving node: routing, parsing, local reads, forwarding, errors, metrics.
 
-    serve(view, host, port, settings) -> HttpServer    start in the running loop; .stop()
-    HttpApi(view, settings).handle(...)                 the interface-free request core
-    AsgiApp(api) / RsgiApp(api)                         adapters (tests: httpx.ASGITransport)
+serve(view, host, port, settings) -> HttpServer    start in the running loop; .stop()
+HttpApi(view, settings).handle(...)                 the interface-free request core
+AsgiApp(api) / RsgiApp(api)                         adapters (tests: httpx.ASGITransport)
 """
 
 from sparkiq.http.api import HttpApi
