@@ -1,0 +1,140 @@
+"""Restore throughput against its ceiling, a bare tuned consumer, measured in the same run.
+
+Starts a dev broker, produces N records (10-byte keys, 100-byte values, 6 partitions), then
+times, 3 runs each and alternating:
+
+(a) a bare confluent-kafka consumer in assign() mode with the restorer's tuned settings,
+    reading every record and doing nothing with it;
+(b) the `Restorer` restoring every partition into a fresh state dir, from `assign()` until
+    every partition is ACTIVE.
+
+Prints the medians and the ratio restore / bare (goal: >= 0.70).
+
+    .venv/bin/python benchmarks/bench_restore.py [--records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.broker import DevBroker
+from sparkiq.kafka.admin import create_topic
+from sparkiq.restore import _CONSUMER_CONF, BATCH_SIZE, ReplicaState, Restorer
+from sparkiq.store import StoreRegistry
+from sparkiq.tables import Format, TableDef
+
+PARTITIONS = 6
+RUNS = 3
+
+
+def produce(bootstrap: str, topic: str, n: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "compression.type": "none",
+        }
+    )
+    value = b"v" * 100
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, key=b"k%09d" % (i % 1_000_000_000), value=value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    producer.flush()
+    return n / (time.perf_counter() - t0)
+
+
+def bare_consume(bootstrap: str, topic: str, n: int) -> float:
+    conf: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4()}",
+    }
+    conf.update(_CONSUMER_CONF)
+    conf["enable.partition.eof"] = False
+    consumer = Consumer(conf)
+    t0 = time.perf_counter()
+    consumer.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got = 0
+    while got < n:
+        got += len(consumer.consume(BATCH_SIZE, 1.0))
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return n / elapsed
+
+
+def restore(bootstrap: str, table: TableDef, n: int) -> float:
+    state_dir = Path(tempfile.mkdtemp(prefix="sparkiq-bench-restore-"))
+    done = threading.Event()
+    tps = {(table.topic, p) for p in range(PARTITIONS)}
+    restorer: Restorer
+
+    def on_change() -> None:
+        st = restorer.statuses()
+        if all(tp in st and st[tp].state is ReplicaState.ACTIVE for tp in tps):
+            done.set()
+
+    restorer = Restorer(
+        bootstrap, StoreRegistry(state_dir), {table.topic: table}.get, on_change=on_change
+    )
+    try:
+        restorer.start()
+        t0 = time.perf_counter()
+        restorer.assign(tps, set())
+        if not done.wait(600):
+            raise SystemExit("restore did not finish within 10 minutes")
+        elapsed = time.perf_counter() - t0
+        if restorer.records_applied != n:
+            raise SystemExit(f"restore applied {restorer.records_applied} records, not {n}")
+        return n / elapsed
+    finally:
+        restorer.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
+    args = parser.parse_args()
+    n: int = args.records
+
+    with DevBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = f"bench-restore-{uuid.uuid4().hex[:8]}"
+        create_topic(bootstrap, topic, PARTITIONS)
+        rate = produce(bootstrap, topic, n)
+        print(f"produced {n:,} records at {rate:,.0f} records/s")
+        table = TableDef(
+            name="bench", topic=topic, partitions=PARTITIONS, value_format=Format.BYTES
+        )
+        bare: list[float] = []
+        restored: list[float] = []
+        for run in range(1, RUNS + 1):
+            bare.append(bare_consume(bootstrap, topic, n))
+            restored.append(restore(bootstrap, table, n))
+            print(f"run {run}: bare {bare[-1]:,.0f} records/s, restore {restored[-1]:,.0f}")
+        b, r = statistics.median(bare), statistics.median(restored)
+        print(f"median bare consume: {b:,.0f} records/s")
+        print(f"median restore:      {r:,.0f} records/s")
+        print(f"restore / bare:      {r / b:.2f} (goal >= 0.70)")
+
+
+if __name__ == "__main__":
+    main()
