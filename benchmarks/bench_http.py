@@ -1,0 +1,316 @@
+"""HTTP benchmark of the serving layer against its references, in one run.
+
+Measures with wrk (-t1 -c32 -d10s, random keys out of 100k) on 127.0.0.1:
+  1. nginx returning a fixed JSON body             -- the machine's HTTP ceiling
+  2. a minimal granian RSGI app, dict lookup       -- benchmarks/refapp.py, the Python floor
+  3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
+  4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
+and prints req/s, p50/p99 and the ratios local/nginx and forwarded/local.
+
+Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the script
+installs them with apt-get when it runs as root and they are missing.
+
+    .venv/bin/python benchmarks/bench_http.py [--duration 10] [--interfaces asgi,rsgi]
+
+Every process it starts is stopped by PID. `serve-node` is the internal entry of a node
+process (a sparkiq HTTP server over a StaticView), not for direct use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+KEYS = 100_000
+PARTITIONS = 4
+CONNECTIONS = 32
+FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
+
+LUA = """
+local prefix = "%(prefix)s"
+local n = %(keys)d
+math.randomseed(%(seed)d)
+request = function()
+  return wrk.format("GET", prefix .. math.random(0, n - 1))
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'RESULT {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
+    '"errors": %%d, "non2xx": %%d}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid %(dir)s/nginx.pid;
+error_log %(dir)s/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %(dir)s/body;
+  proxy_temp_path %(dir)s/proxy;
+  fastcgi_temp_path %(dir)s/fastcgi;
+  uwsgi_temp_path %(dir)s/uwsgi;
+  scgi_temp_path %(dir)s/scgi;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:%(port)d;
+    location / { default_type application/json; return 200 '%(body)s'; }
+  }
+}
+"""
+
+
+def table_def():  # type: ignore[no-untyped-def]
+    from sparkiq.tables import Format, TableDef
+
+    return TableDef("bench", "bench-changelog", PARTITIONS, Format.STRING, Format.JSON)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process {proc.args} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port} after {timeout}s ({proc.args})")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def require_tools() -> None:
+    missing = [t for t in ("wrk", "nginx") if shutil.which(t) is None]
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"installing {' '.join(missing)} with apt-get ...", flush=True)
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=False)
+        missing = [t for t in missing if shutil.which(t) is None]
+    if missing:
+        raise SystemExit(
+            f"bench_http needs {' and '.join(missing)} on PATH: apt-get install -y wrk nginx"
+        )
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def build_stores(state_dir: Path) -> None:
+    """100k string keys k0..k99999 with small JSON values, in real PartitionStores."""
+    from sparkiq.partitioner import partition_for
+    from sparkiq.store import StoreRegistry
+
+    table = table_def()
+    per_partition: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
+    for i in range(KEYS):
+        key = f"k{i}".encode()
+        value = json.dumps({"n": i, "name": f"user-{i}"}, separators=(",", ":")).encode()
+        per_partition[partition_for(key, PARTITIONS)].append((key, value))
+    registry = StoreRegistry(state_dir)
+    for p, records in per_partition.items():
+        registry.open(table, p).apply(records, next_offset=len(records))
+    registry.close_all()
+
+
+# -- a node process --------------------------------------------------------------------------
+
+
+async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
+    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.testing import StaticView
+    from sparkiq.store import StoreRegistry
+
+    table = table_def()
+    url = f"http://127.0.0.1:{port}"
+    view = StaticView(url, [table])
+    registry = None
+    if owner_url is None:
+        registry = StoreRegistry(state_dir)
+        for p in range(PARTITIONS):
+            store = registry.open(table, p)
+            view.set_placement((table.topic, p), url, store=store, offset=store.next_offset)
+    else:
+        for p in range(PARTITIONS):
+            view.set_placement((table.topic, p), owner_url)
+    server = HttpServer(view, "127.0.0.1", port, interface=Interface(interface))
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stopped.set)
+    loop.add_signal_handler(signal.SIGINT, stopped.set)
+    await server.start()
+    await stopped.wait()
+    await server.stop()
+    if registry is not None:
+        registry.close_all()
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    non2xx: int
+
+
+def run_wrk(name: str, port: int, prefix: str, duration: int, workdir: Path) -> Result:
+    script = workdir / f"{name.replace(' ', '_')}.lua"
+    script.write_text(LUA % {"prefix": prefix, "keys": KEYS, "seed": 42})
+    url = f"http://127.0.0.1:{port}"
+    # Warm-up: connections, the OS page cache of the stores, the forwarding pool.
+    subprocess.run(
+        ["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", "-s", str(script), url],
+        capture_output=True,
+        check=True,
+    )
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    raw = json.loads(line[len("RESULT ") :])
+    rps = raw["requests"] / (raw["duration_us"] / 1e6)
+    return Result(
+        name, rps, raw["p50_us"] / 1000, raw["p99_us"] / 1000, raw["errors"], raw["non2xx"]
+    )
+
+
+def bench(duration: int, interfaces: list[str]) -> list[Result]:
+    results: list[Result] = []
+    key_prefix = "/v1/tables/bench/keys/k"
+    with tempfile.TemporaryDirectory(prefix="sparkiq-bench-") as tmp:
+        work = Path(tmp)
+        state = work / "state"
+        print("building 100k keys in RocksDB ...", flush=True)
+        build_stores(state)
+
+        port = free_port()
+        (work / "nginx.conf").write_text(
+            NGINX_CONF % {"dir": work, "port": port, "body": FIXED_BODY}
+        )
+        proc = subprocess.Popen(["nginx", "-p", str(work), "-c", str(work / "nginx.conf")])
+        try:
+            wait_port(port, proc)
+            results.append(run_wrk("nginx fixed body", port, key_prefix, duration, work))
+        finally:
+            stop(proc)
+
+        port = free_port()
+        proc = subprocess.Popen([PY, str(HERE / "refapp.py"), "--port", str(port)])
+        try:
+            wait_port(port, proc)
+            results.append(run_wrk("granian RSGI dict", port, "/k/k", duration, work))
+        finally:
+            stop(proc)
+
+        for interface in interfaces:
+            owner_port, fwd_port = free_port(), free_port()
+            node = [PY, __file__, "serve-node", "--state-dir", str(state), "--interface", interface]
+            owner = subprocess.Popen([*node, "--port", str(owner_port)])
+            forwarder = subprocess.Popen(
+                [*node, "--port", str(fwd_port), "--owner", f"http://127.0.0.1:{owner_port}"]
+            )
+            try:
+                wait_port(owner_port, owner)
+                wait_port(fwd_port, forwarder)
+                results.append(
+                    run_wrk(f"sparkiq local {interface}", owner_port, key_prefix, duration, work)
+                )
+                results.append(
+                    run_wrk(f"sparkiq forwarded {interface}", fwd_port, key_prefix, duration, work)
+                )
+            finally:
+                stop(forwarder)
+                stop(owner)
+    return results
+
+
+def report(results: list[Result]) -> None:
+    print(f"\nwrk -t1 -c{CONNECTIONS}, random keys of {KEYS}, 127.0.0.1, {os.cpu_count()} cores")
+    print(f"{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'non-2xx':>9}")
+    for r in results:
+        print(
+            f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.errors:>8}{r.non2xx:>9}"
+        )
+    by = {r.name: r for r in results}
+    nginx = by["nginx fixed body"]
+    for r in results:
+        if r.name.startswith("sparkiq local"):
+            interface = r.name.rsplit(" ", 1)[1]
+            fwd = by[f"sparkiq forwarded {interface}"]
+            ok_local = r.rps >= nginx.rps / 3 and r.p99_ms < 3
+            ok_fwd = fwd.rps >= r.rps / 2
+            print(
+                f"[{interface}] local/nginx = {r.rps / nginx.rps:.2f} (goal >= 0.33, p99 < 3 ms:"
+                f" {'met' if ok_local else 'NOT met'}); forwarded/local = "
+                f"{fwd.rps / r.rps:.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'})"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command")
+    node = sub.add_parser("serve-node")
+    node.add_argument("--port", type=int, required=True)
+    node.add_argument("--owner", default=None)
+    node.add_argument("--state-dir", required=True)
+    node.add_argument("--interface", default="asgi")
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--interfaces", default="asgi,rsgi")
+    args = parser.parse_args()
+    if args.command == "serve-node":
+        import uvloop
+
+        uvloop.run(run_node(args.port, args.owner, args.state_dir, args.interface))
+        return
+    require_tools()
+    report(bench(args.duration, args.interfaces.split(",")))
+
+
+if __name__ == "__main__":
+    main()
