@@ -122,13 +122,15 @@ class DevBroker:
             f"{self.startup_timeout_s:.0f}s ({last_error}); see {self.log_path}"
         )
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout_s: float = 10.0, *, grace_s: float = 1.0) -> None:
+        """SIGTERM, then SIGKILL after grace_s: the broker is memory-only, and on SIGTERM it
+        waits for connected clients to go away, which can take several seconds."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=timeout_s)
+                proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)

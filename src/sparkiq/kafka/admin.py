@@ -13,7 +13,12 @@ from sparkiq.errors import KafkaError, TopicNotFoundError
 
 
 def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
-    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+    # Never let a metadata request create a topic: brokers with auto-creation on would
+    # otherwise create a mistyped topic with their default partition count.
+    conf: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap_servers,
+        "allow.auto.create.topics": False,
+    }
     conf.update(extra or {})
     return AdminClient(conf)
 
@@ -36,14 +41,19 @@ def create_topic(
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
+    failure: str | None = None
     for topic, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
             err = exc.args[0]
-            if exist_ok and err.name() == "TOPIC_ALREADY_EXISTS":
-                continue
-            raise KafkaError(f"cannot create topic {topic!r}: {err.str()}") from exc
+            if not (exist_ok and err.name() == "TOPIC_ALREADY_EXISTS"):
+                failure = f"cannot create topic {topic!r}: {err.str()}"
+    # The futures hold the admin client in a reference cycle through their exception;
+    # drop them now so the client closes at once rather than at the next collection.
+    del futures
+    if failure is not None:
+        raise KafkaError(failure)
     wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s)
 
 

@@ -86,7 +86,9 @@ def _read_tails(
     deadline = time.monotonic() + timeout_s
     try:
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+            # consume() waits for the whole batch or the timeout; the tail of one batch per
+            # partition is all there is to read, so a small count returns at once.
+            for msg in consumer.consume(num_messages=len(pending), timeout=0.2):
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 if topic is None or partition is None or offset is None:
                     continue
