@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,8 +15,9 @@ from sparkiq.errors import StateDirMismatchError
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.offsets import probe_consumer
 from sparkiq.restore import PartitionStatus, ReplicaState, Restorer
+from sparkiq.serde import key_codec, split_window_store_key, window_wire_key
 from sparkiq.store import StoreRegistry
-from sparkiq.tables import Format, TableDef
+from sparkiq.tables import Format, TableDef, TableKind
 
 Oracle = dict[int, dict[bytes, bytes]]
 
@@ -328,3 +330,111 @@ def test_state_dir_of_another_table_is_refused_at_assign(
         restorer.assign({(topic, 0), (topic, 1)}, set())
     assert restorer.statuses() == {}
     assert restorer.registry.get(topic, 0) is None  # nothing left half-open
+
+
+def test_long_keys_are_stored_in_numeric_order(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("longkeys")
+    create_topic(bootstrap, topic, 1)
+    table = tables.add(TableDef(name=topic, topic=topic, partitions=1, key_format=Format.LONG))
+    numbers = [5, -3, 0, 2**40, -(2**40), 7]
+    records: list[tuple[int, bytes | None, bytes | None]] = [
+        (0, struct.pack(">q", n), b'{"n": %d}' % n) for n in numbers
+    ]
+    records.append((0, b"abc", b"{}"))  # not a long: skipped, counted
+    produce(bootstrap, topic, records)
+
+    restorer = make_restorer()
+    restorer.assign({(topic, 0)}, set())
+    wait_for(lambda: all_in(restorer, [(topic, 0)], ReplicaState.ACTIVE), "active")
+
+    store = restorer.store((topic, 0))
+    assert store is not None
+    codec = key_codec(table)
+    rows = store.scan(limit=100)
+    assert [codec.render(codec.store_to_wire(k)) for k, _ in rows] == sorted(numbers)
+    assert store.get(codec.wire_to_store(struct.pack(">q", -3))) == b'{"n": -3}'
+    assert restorer.skipped_records == 1
+    assert restorer.records_applied == len(numbers)
+
+
+def test_windowed_keys_split_into_key_and_window_start(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("windows")
+    create_topic(bootstrap, topic, 1)
+    table = tables.add(
+        TableDef(
+            name=topic,
+            topic=topic,
+            partitions=1,
+            key_format=Format.LONG,
+            kind=TableKind.WINDOWED,
+            window_size_ms=60_000,
+        )
+    )
+    windows = [(1, 120_000), (1, 60_000), (-1, 0), (1, -60_000)]
+    produce(
+        bootstrap,
+        topic,
+        [
+            (0, window_wire_key(struct.pack(">q", k), start), f"{k}@{start}".encode())
+            for k, start in windows
+        ],
+    )
+
+    restorer = make_restorer()
+    restorer.assign({(topic, 0)}, set())
+    wait_for(lambda: all_in(restorer, [(topic, 0)], ReplicaState.ACTIVE), "active")
+
+    store = restorer.store((topic, 0))
+    assert store is not None
+    codec = key_codec(table)
+    found = []
+    for store_key, value in store.scan(limit=100):
+        key_store, start = split_window_store_key(store_key)
+        found.append((codec.render(codec.store_to_wire(key_store)), start, value))
+    # key order first (numeric), then window start order (negative starts first)
+    assert found == [
+        (-1, 0, b"-1@0"),
+        (1, -60_000, b"1@-60000"),
+        (1, 60_000, b"1@60000"),
+        (1, 120_000, b"1@120000"),
+    ]
+
+
+def test_assign_churn_while_restoring_ends_consistent(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("churn")
+    create_topic(bootstrap, topic, 3)
+    tables.add(TableDef(name=topic, topic=topic, partitions=3, value_format=Format.STRING))
+    oracle: Oracle = {}
+    produce(bootstrap, topic, random_records(3, 30_000, 2_000, seed=6), oracle)
+    tps = [(topic, p) for p in range(3)]
+    p0, p1, p2 = tps
+
+    restorer = make_restorer()
+    rng = random.Random(7)
+    for _ in range(25):  # drop, re-add and flip roles while batches are in flight
+        chosen = [tp for tp in tps if rng.random() < 0.7]
+        actives = {tp for tp in chosen if rng.random() < 0.5}
+        restorer.assign(actives, set(chosen) - actives)
+        time.sleep(rng.random() * 0.03)
+    restorer.assign({p0, p1}, {p2})
+
+    wait_for(lambda: all_in(restorer, [p0, p1], ReplicaState.ACTIVE), "actives caught up")
+    wait_for(lambda: contents(restorer, p2) == oracle[2], "standby caught up")
+    for p in range(3):
+        assert contents(restorer, tps[p]) == oracle[p]
+    assert set(restorer.statuses()) == set(tps)

@@ -37,6 +37,7 @@ from rocksdict import WriteBatch
 
 from sparkiq.errors import SparkiqError, StoreError
 from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
+from sparkiq.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
 from sparkiq.store import PartitionStore, StoreRegistry
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
@@ -88,8 +89,18 @@ class PartitionStatus:
 
 def store_key_fn(table: TableDef) -> StoreKeyFn | None:
     """The wire key -> store key transform of *table* (None: the identity)."""
-    # Only string-keyed kv tables until sparkiq.serde lands.
-    return None
+    codec = key_codec(table)
+    # Most formats store the wire bytes as they are; then the record loop skips the call.
+    is_identity = type(codec).wire_to_store is KeyCodec.wire_to_store
+    if not table.is_windowed:
+        return None if is_identity else codec.wire_to_store
+    key_to_store = codec.wire_to_store
+
+    def windowed(wire: bytes) -> bytes:
+        key_wire, start_ms = split_window_wire_key(wire)
+        return window_store_key(key_to_store(key_wire), start_ms)
+
+    return windowed
 
 
 def _ignore_put(key: bytes, value: bytes) -> None:
