@@ -16,6 +16,7 @@ Prints the medians and the ratio restore / bare (goal: >= 0.70).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -34,7 +35,6 @@ from sparkiq.store import StoreRegistry
 from sparkiq.tables import Format, TableDef
 
 PARTITIONS = 6
-RUNS = 3
 
 
 def produce(bootstrap: str, topic: str, n: int) -> float:
@@ -62,7 +62,13 @@ def produce(bootstrap: str, topic: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def bare_consume(bootstrap: str, topic: str, n: int) -> float:
+def _cpu_s() -> float:
+    """CPU seconds of this process so far, all threads (librdkafka and RocksDB included)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def bare_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     conf: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap,
         "group.id": f"bench-{uuid.uuid4()}",
@@ -70,17 +76,17 @@ def bare_consume(bootstrap: str, topic: str, n: int) -> float:
     conf.update(_CONSUMER_CONF)
     conf["enable.partition.eof"] = False
     consumer = Consumer(conf)
-    t0 = time.perf_counter()
+    c0, t0 = _cpu_s(), time.perf_counter()
     consumer.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got = 0
     while got < n:
         got += len(consumer.consume(BATCH_SIZE, 1.0))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu_s() - c0
     consumer.close()
-    return n / elapsed
+    return n / elapsed, cpu * 1e6 / n
 
 
-def restore(bootstrap: str, table: TableDef, n: int) -> float:
+def restore(bootstrap: str, table: TableDef, n: int) -> tuple[float, float]:
     state_dir = Path(tempfile.mkdtemp(prefix="sparkiq-bench-restore-"))
     done = threading.Event()
     tps = {(table.topic, p) for p in range(PARTITIONS)}
@@ -96,14 +102,14 @@ def restore(bootstrap: str, table: TableDef, n: int) -> float:
     )
     try:
         restorer.start()
-        t0 = time.perf_counter()
+        c0, t0 = _cpu_s(), time.perf_counter()
         restorer.assign(tps, set())
         if not done.wait(600):
             raise SystemExit("restore did not finish within 10 minutes")
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, _cpu_s() - c0
         if restorer.records_applied != n:
             raise SystemExit(f"restore applied {restorer.records_applied} records, not {n}")
-        return n / elapsed
+        return n / elapsed, cpu * 1e6 / n
     finally:
         restorer.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
@@ -112,6 +118,7 @@ def restore(bootstrap: str, table: TableDef, n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records to produce")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each measurement")
     args = parser.parse_args()
     n: int = args.records
 
@@ -124,16 +131,22 @@ def main() -> None:
         table = TableDef(
             name="bench", topic=topic, partitions=PARTITIONS, value_format=Format.BYTES
         )
-        bare: list[float] = []
-        restored: list[float] = []
-        for run in range(1, RUNS + 1):
+        bare: list[tuple[float, float]] = []
+        restored: list[tuple[float, float]] = []
+        for run in range(1, args.runs + 1):
             bare.append(bare_consume(bootstrap, topic, n))
             restored.append(restore(bootstrap, table, n))
-            print(f"run {run}: bare {bare[-1]:,.0f} records/s, restore {restored[-1]:,.0f}")
-        b, r = statistics.median(bare), statistics.median(restored)
-        print(f"median bare consume: {b:,.0f} records/s")
-        print(f"median restore:      {r:,.0f} records/s")
-        print(f"restore / bare:      {r / b:.2f} (goal >= 0.70)")
+            print(
+                f"run {run}: bare {bare[-1][0]:,.0f} records/s ({bare[-1][1]:.2f} us CPU/record), "
+                f"restore {restored[-1][0]:,.0f} records/s ({restored[-1][1]:.2f} us CPU/record)"
+            )
+        b = statistics.median(x for x, _ in bare)
+        r = statistics.median(x for x, _ in restored)
+        bc = statistics.median(c for _, c in bare)
+        rc = statistics.median(c for _, c in restored)
+        print(f"median bare consume: {b:,.0f} records/s, {bc:.2f} us CPU/record")
+        print(f"median restore:      {r:,.0f} records/s, {rc:.2f} us CPU/record")
+        print(f"restore / bare:      {r / b:.2f} (goal >= 0.70); CPU ratio {bc / rc:.2f}")
 
 
 if __name__ == "__main__":

@@ -279,6 +279,7 @@ def test_reassignment_drops_and_adds_partitions(
     assert contents(restorer, p2) == oracle[2]
     # The dropped partition stays on disk with its checkpoint, and is reported as a lag.
     assert restorer.registry.on_disk()[(topic, 0)] == sum(1 for r in records if r[0] == 0)
+    assert restorer.lags()[p0] == 0  # offered as a fully caught-up store on rejoin
     # Records for a dropped partition are not applied any more.
     applied = restorer.records_applied
     produce(bootstrap, topic, [(0, b"late", b"x"), (2, b"fresh", b"y")], oracle)

@@ -398,15 +398,33 @@ class Restorer:
         with self._lock:
             # Under the lock: an assign() racing with this must not reopen a store that is
             # being closed (the registry would hand it the same, soon closed, instance).
+            left: dict[TopicPartition, int] = {}
             for tp, leaving in closing.items():
                 if tp not in self._replicas:
                     self.registry.close(leaving.table.name, tp[1])
+                    if leaving.store.next_offset is not None:
+                        left[tp] = max(leaving.end - leaving.position, 0)
+            if left:
+                # Reported at once, not only at the next on-disk scan, so a rejoin that
+                # follows this unassignment already offers the store.
+                self._disk_lags = {**self._disk_lags, **left}
             for replica, epoch, end in self._measured:
                 if (
                     self._replicas.get(replica.tp) is replica
                     and replica.role_epoch == epoch
                     and replica.state is ReplicaState.RESTORING
                 ):
+                    if end < replica.position:
+                        log.warning(
+                            "the store of %s[%d] is at offset %d, past the changelog end %d: "
+                            "was the topic deleted and created again? Delete %s to restore it "
+                            "from scratch",
+                            replica.tp[0],
+                            replica.tp[1],
+                            replica.position,
+                            end,
+                            replica.store.path,
+                        )
                     replica.target = end
                     replica.end = max(replica.end, end)
                     replica.check_caught_up()
