@@ -9,8 +9,9 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import orjson
@@ -21,20 +22,22 @@ from sparkiq.settings import DEFAULT_APP
 from sparkiq.tables import Format, TableDef, TableKind
 
 _FORMATS = click.Choice([f.value for f in Format])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _bootstrap_option() -> Any:
-    return click.option(
+def _bootstrap_option() -> Callable[[_F], _F]:
+    option: Callable[[_F], _F] = click.option(
         "--bootstrap-servers",
         envvar="SPARKIQ_BOOTSTRAP_SERVERS",
         show_envvar=True,
         required=True,
         help="Kafka bootstrap servers, host:port[,host:port].",
     )
+    return option
 
 
-def _app_option() -> Any:
-    return click.option(
+def _app_option() -> Callable[[_F], _F]:
+    option: Callable[[_F], _F] = click.option(
         "--app",
         envvar="SPARKIQ_APP",
         show_envvar=True,
@@ -42,10 +45,11 @@ def _app_option() -> Any:
         show_default=True,
         help="Application id (consumer group '<app>.serving', catalog topic '<app>.catalog').",
     )
+    return option
 
 
-def _url_option() -> Any:
-    return click.option(
+def _url_option() -> Callable[[_F], _F]:
+    option: Callable[[_F], _F] = click.option(
         "--url",
         "urls",
         envvar="SPARKIQ_URL",
@@ -55,6 +59,7 @@ def _url_option() -> Any:
         show_default=True,
         help="URL of any serving node (repeatable).",
     )
+    return option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -181,6 +181,7 @@ class Node:
             "generation": self._map.generation,
             "partitioner": "murmur2",
             "ready": self.is_ready(),
+            "restored_records": self.restorer.records_applied,
             "tables": [t.summary() for t in self.tables()],
             "partitions": partitions,
             "nodes": nodes,

@@ -1,0 +1,1 @@
+"""The retail point-of-sale example: invoice generator, Spark pipeline and its oracle."""
