@@ -1,0 +1,74 @@
+"""Builds a local SparkSession bound to loopback, with sparkiq's data sources registered.
+
+Everything a sparkiq pipeline starts must listen on 127.0.0.1 only, so the driver host, its
+bind address and the UI are pinned here rather than left to each caller. Python workers run
+the interpreter that runs the driver, so the Kafka source and sink import the same sparkiq
+and confluent-kafka as the driver does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+# Settings every sparkiq session gets; `conf` passed to `local_session` overrides them.
+_BASE_CONF: Mapping[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # Python workers stay alive between tasks so the Kafka clients cached in the source and
+    # sink modules are reused by the next micro-batch (it is Spark's default; pinned here
+    # because the source's speed depends on it).
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_STATE_STORE,
+    # A stopped query's checkpoint is the only state we need; no metadata log compaction
+    # surprises in short-lived test and demo sessions.
+    "spark.sql.streaming.minBatchesToRetain": "10",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register the `sparkiq-kafka` source and sink on *spark* (idempotent)."""
+    from sparkiq.spark import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)
+
+
+def local_session(
+    app_name: str = "sparkiq",
+    *,
+    master: str = "local[2]",
+    shuffle_partitions: int = 2,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession for *master*, on 127.0.0.1, with sparkiq's data sources registered.
+
+    `shuffle_partitions` is small by default: on a 2-core machine each extra shuffle partition
+    of a stateful query costs a state store task per micro-batch.
+    """
+    from pyspark.sql import SparkSession
+
+    settings: dict[str, str] = dict(_BASE_CONF)
+    settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    settings.update(conf or {})
+    # Python workers (and the planner processes of Python data sources) are started with
+    # $PYSPARK_PYTHON, not with the `spark.pyspark.python` setting, so point it at this
+    # interpreter unless the caller chose another one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register_data_sources(spark)
+    return spark

@@ -1,0 +1,349 @@
+"""Writes Spark rows to Kafka (the write side of `sparkiq-kafka`, streaming and batch).
+
+Input columns: `key` (binary or string, optional: a null key is spread by the partitioner),
+`value` (binary or string; null writes a tombstone), optional `topic` (else the `topic`
+option), optional `partition` (an explicit partition wins over the partitioner: windowed
+changelogs pick the partition from the key part alone), optional `headers`
+(array<struct<key string, value binary>>). Records without an explicit partition go where
+Kafka's Java client would put them: librdkafka's `murmur2_random` partitioner.
+
+Delivery is at least once: a task flushes its producer and returns its commit message only
+when every record is acknowledged, and raises if any delivery failed, so Spark retries the
+task (or fails the query) instead of dropping records. Producers are kept per Python worker
+process and reused by later tasks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import KafkaException, Producer
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from sparkiq.errors import ConfigError, KafkaError
+
+FORMAT_NAME = "sparkiq-kafka"
+
+# Kafka's Java default partitioner, bit for bit, for records without an explicit partition.
+_PRODUCER_CONF: Mapping[str, str | int | float | bool] = {
+    "partitioner": "murmur2_random",
+    "linger.ms": 5,
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 500_000,
+    "acks": "all",
+}
+
+_MAX_ERRORS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The write options of `sparkiq-kafka` and the input columns present, validated."""
+
+    bootstrap_servers: str
+    topic: str | None
+    has_key: bool
+    has_topic_column: bool
+    has_partition_column: bool
+    has_headers: bool
+    flush_timeout_s: float = 120.0
+    kafka_config: tuple[tuple[str, str], ...] = field(default=())
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        bootstrap = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+        if not bootstrap:
+            raise ConfigError(
+                f"writing to {FORMAT_NAME} needs the option bootstrap.servers, e.g. "
+                ".option('bootstrap.servers', '127.0.0.1:9092')"
+            )
+        columns = {f.name.lower(): f.dataType for f in schema.fields}
+        _check_column(columns, "key", (BinaryType, StringType), required=False)
+        _check_column(columns, "value", (BinaryType, StringType), required=True)
+        _check_column(columns, "topic", (StringType,), required=False)
+        _check_column(columns, "partition", (IntegerType, LongType, ShortType), required=False)
+        headers = columns.get("headers")
+        if headers is not None and not isinstance(headers, ArrayType):
+            raise ConfigError(
+                "the headers column must be array<struct<key: string, value: binary>>"
+            )
+        topic = opts.get("topic") or None
+        if topic is None and "topic" not in columns:
+            raise ConfigError(
+                f"writing to {FORMAT_NAME} needs a topic: add a string column 'topic' or "
+                "set .option('topic', 'name')"
+            )
+        try:
+            flush_timeout_s = float(opts.get("flushtimeoutms", "120000")) / 1000.0
+        except ValueError as exc:
+            raise ConfigError("flushTimeoutMs must be a number of milliseconds") from exc
+        kafka_config = tuple(
+            sorted(
+                (k.removeprefix("kafka."), v)
+                for k, v in opts.items()
+                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+            )
+        )
+        return cls(
+            bootstrap_servers=bootstrap,
+            topic=topic,
+            has_key="key" in columns,
+            has_topic_column="topic" in columns,
+            has_partition_column="partition" in columns,
+            has_headers=headers is not None,
+            flush_timeout_s=flush_timeout_s,
+            kafka_config=kafka_config,
+        )
+
+
+def _check_column(
+    columns: Mapping[str, DataType],
+    name: str,
+    allowed: tuple[type[DataType], ...],
+    *,
+    required: bool,
+) -> None:
+    kinds = " or ".join(t.__name__.removesuffix("Type").lower() for t in allowed)
+    dtype = columns.get(name)
+    if dtype is None:
+        if required:
+            raise ConfigError(
+                f"writing to {FORMAT_NAME} needs a column {name!r} of type {kinds}; "
+                f"select or alias one (the columns are {sorted(columns)})"
+            )
+        return
+    if not isinstance(dtype, allowed):
+        raise ConfigError(
+            f"column {name!r} must be {kinds} to be written to Kafka, not "
+            f"{dtype.simpleString()}; cast it first"
+        )
+
+
+@dataclass
+class KafkaCommitMessage(WriterCommitMessage):
+    """What one write task delivered."""
+
+    records: int
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming write: each task produces its rows and returns once all are acknowledged."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return KafkaCommitMessage(records=produce_batches(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Every record is acknowledged before its task returns; Kafka has nothing to commit.
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Records of the tasks that succeeded stay written; the retried batch writes them
+        # again, which tables tolerate (values are full upserts, not deltas).
+        return None
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """Batch write (`df.write.format("sparkiq-kafka")`): same delivery rules as streaming."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return KafkaCommitMessage(records=produce_batches(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        return None
+
+
+# -- producer cache (one per Python worker process and configuration) ------------------------
+
+_PRODUCERS: dict[tuple[str, tuple[tuple[str, str], ...]], Producer] = {}
+_PRODUCERS_LOCK = threading.Lock()
+
+
+def _producer(options: SinkOptions) -> Producer:
+    key = (options.bootstrap_servers, options.kafka_config)
+    with _PRODUCERS_LOCK:
+        producer = _PRODUCERS.get(key)
+        if producer is None:
+            conf: dict[str, str | int | float | bool] = {
+                "bootstrap.servers": options.bootstrap_servers
+            }
+            conf.update(_PRODUCER_CONF)
+            conf.update(dict(options.kafka_config))
+            producer = Producer(conf)
+            _PRODUCERS[key] = producer
+        return producer
+
+
+def _drop_producer(options: SinkOptions) -> None:
+    with _PRODUCERS_LOCK:
+        _PRODUCERS.pop((options.bootstrap_servers, options.kafka_config), None)
+
+
+def close_cached_producers(timeout_s: float = 10.0) -> None:
+    """Flush and forget the producers this process keeps for reuse (tests, shutdown)."""
+    with _PRODUCERS_LOCK:
+        producers = list(_PRODUCERS.values())
+        _PRODUCERS.clear()
+    for producer in producers:
+        producer.flush(timeout_s)
+
+
+def _bytes_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
+    column = batch.column(name)
+    # Strings go out as their UTF-8 bytes; the cast reuses the buffers, it does not copy.
+    if pa.types.is_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary())
+    values: list[bytes | None] = column.to_pylist()
+    return values
+
+
+def _headers_column(batch: pa.RecordBatch) -> list[list[tuple[str, str | bytes | None]] | None]:
+    rows: list[list[dict[str, Any]] | None] = batch.column("headers").to_pylist()
+    return [
+        None if row is None else [(h["key"], h["value"]) for h in row if h is not None]
+        for row in rows
+    ]
+
+
+def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> int:
+    """Produce every row of *batches*; return the count once all are acknowledged.
+
+    Raises KafkaError if any record was not delivered: the task must fail rather than let
+    Spark believe the rows were written.
+    """
+    producer = _producer(options)
+    failures: list[str] = []
+    failed = 0
+
+    # A callback per task, so a failure of a record left over from an earlier (failed) task
+    # on this reused producer is never blamed on this one.
+    def on_delivery(err: CKafkaError | None, _msg: object) -> None:
+        nonlocal failed
+        if err is not None:
+            failed += 1
+            if len(failures) < _MAX_ERRORS_SHOWN:
+                failures.append(err.str())
+
+    count = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        keys = _bytes_column(batch, "key") if options.has_key else [None] * n
+        values = _bytes_column(batch, "value")
+        topics: list[str | None] = (
+            batch.column("topic").to_pylist() if options.has_topic_column else [None] * n
+        )
+        partitions: list[int | None] = (
+            batch.column("partition").to_pylist() if options.has_partition_column else [None] * n
+        )
+        headers = _headers_column(batch) if options.has_headers else [None] * n
+        for i in range(n):
+            topic = topics[i] or options.topic
+            if topic is None:
+                raise ConfigError(
+                    f"row {count + i} has a null topic and no topic option is set; "
+                    "fill the topic column or set .option('topic', 'name')"
+                )
+            partition = partitions[i]
+            _produce(
+                producer,
+                topic,
+                keys[i],
+                values[i],
+                -1 if partition is None else partition,  # -1: let the partitioner choose
+                headers[i],
+                on_delivery,
+            )
+        count += n
+        producer.poll(0)
+        if failed:
+            break  # no point producing more: the task fails below
+    _flush(producer, options, count)
+    if failed:
+        raise KafkaError(
+            f"{failed} of {count} records were not delivered to "
+            f"{options.bootstrap_servers} ({'; '.join(failures)}); the task fails so Spark "
+            "retries it — check the topic exists and the broker is healthy"
+        )
+    return count
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int,
+    headers: list[tuple[str, str | bytes | None]] | None,
+    on_delivery: Any,
+) -> None:
+    while True:
+        try:
+            if headers:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                    on_delivery=on_delivery,
+                )
+            else:
+                producer.produce(
+                    topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+                )
+            return
+        except BufferError:
+            # The local queue is full: let deliveries drain it, then try again.
+            producer.poll(0.05)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot produce to topic {topic!r}: {exc}") from exc
+
+
+def _flush(producer: Producer, options: SinkOptions, count: int) -> None:
+    deadline = time.monotonic() + options.flush_timeout_s
+    remaining = producer.flush(min(1.0, options.flush_timeout_s))
+    while remaining > 0 and time.monotonic() < deadline:
+        remaining = producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    if remaining > 0:
+        # Undelivered records would otherwise be delivered (or fail) during a later task.
+        producer.purge()
+        producer.flush(0)
+        _drop_producer(options)
+        raise KafkaError(
+            f"{remaining} of {count} records were still undelivered to "
+            f"{options.bootstrap_servers} after {options.flush_timeout_s:.0f}s; the task "
+            "fails so Spark retries it — check the broker, or raise flushTimeoutMs"
+        )
