@@ -166,12 +166,18 @@ def _balanced_targets(tps: list[TopicPartition], state: _State) -> dict[TopicPar
     for tp, url in state.previous_active.items():
         if tp in wanted:
             kept[url].append(tp)
+    # Nodes holding fewer than their share must receive actives: newcomers, or nodes that
+    # warmed partitions up for a hand-over and now report them caught up.
+    hungry = {url for url in urls if len(kept[url]) < slots.base}
+
+    def hand_over_is_ready(url: str, tp: TopicPartition) -> bool:
+        return any(o != url and o in hungry and state.is_caught_up(o, tp) for o in urls)
+
     for url in urls:
-        # When a node must give some actives up, it gives up first those another node is
-        # already caught up on: that hand-over needs no warm-up.
-        ranked = sorted(
-            (any(state.is_caught_up(o, tp) for o in urls if o != url), tp) for tp in kept[url]
-        )
+        # A node over its share gives up first what a hungry node is already caught up on:
+        # that hand-over needs no (further) warm-up, so the same targets come out again
+        # at the next rebalance and the warm-up converges.
+        ranked = sorted((hand_over_is_ready(url, tp), tp) for tp in kept[url])
         kept[url] = [tp for _, tp in ranked]
 
     targets: dict[TopicPartition, str] = {}
@@ -180,13 +186,18 @@ def _balanced_targets(tps: list[TopicPartition], state: _State) -> dict[TopicPar
         targets[tp] = url
         slots.take(url)
 
-    # Sticky: everyone keeps up to the base share, then the extra slots go to the nodes
-    # that held the most, so that a join or leave moves as few actives as possible.
+    # Sticky: everyone keeps up to the base share. The extra slots go first to nodes whose
+    # next partition nobody else is ready for, then to those that held the most, so that a
+    # join or a leave moves as few actives as possible.
     for url in urls:
         for tp in kept[url][: slots.base]:
             give(tp, url)
-    for url in sorted(urls, key=lambda u: (-len(kept[u]), u)):
-        if len(kept[url]) > slots.base and slots.has_room(url):
+    over = [url for url in urls if len(kept[url]) > slots.base]
+    for url in sorted(
+        over,
+        key=lambda u: (hand_over_is_ready(u, kept[u][slots.base]), -len(kept[u]), u),
+    ):
+        if slots.has_room(url):
             give(kept[url][slots.base], url)
 
     # The rest: first to nodes already caught up, then by lag, then to the least loaded.
