@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError as CKafkaError
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Message, Producer
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -248,12 +248,12 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> 
 
     # A callback per task, so a failure of a record left over from an earlier (failed) task
     # on this reused producer is never blamed on this one.
-    def on_delivery(err: CKafkaError | None, _msg: object) -> None:
+    def on_delivery(err: CKafkaError | None, msg: Message) -> None:
         nonlocal failed
         if err is not None:
             failed += 1
             if len(failures) < _MAX_ERRORS_SHOWN:
-                failures.append(err.str())
+                failures.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
 
     count = 0
     for batch in batches:
