@@ -320,3 +320,19 @@ def test_cap_offsets_shares_the_allowance_by_backlog() -> None:
 def test_bad_options_say_what_to_fix(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         SourceOptions.parse(options)
+
+
+@pytest.mark.spark
+def test_session_is_loopback_only_with_the_format_registered(spark: Any) -> None:
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.driver.host") == "127.0.0.1"
+    assert conf.get("spark.driver.bindAddress") == "127.0.0.1"
+    assert conf.get("spark.ui.enabled") == "false"
+    # The format resolves (a missing one fails in load() with DATA_SOURCE_NOT_FOUND).
+    df = (
+        spark.readStream.format("sparkiq-kafka")
+        .option("bootstrap.servers", "127.0.0.1:1")
+        .option("subscribe", "t")
+        .load()
+    )
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]

@@ -28,10 +28,8 @@ _BASE_CONF: Mapping[str, str] = {
     # sink modules are reused by the next micro-batch (it is Spark's default; pinned here
     # because the source's speed depends on it).
     "spark.python.worker.reuse": "true",
+    # Stateful operators keep their state in RocksDB, off the JVM heap (DESIGN.md).
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_STATE_STORE,
-    # A stopped query's checkpoint is the only state we need; no metadata log compaction
-    # surprises in short-lived test and demo sessions.
-    "spark.sql.streaming.minBatchesToRetain": "10",
     "spark.sql.session.timeZone": "UTC",
 }
 
