@@ -7,7 +7,7 @@ Test modules that need Spark declare ``pytest_plugins = ["spark_fixtures"]`` and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -57,15 +57,3 @@ def read_topic(
         consumer.close()
     out.sort(key=lambda m: (m.partition() or 0, m.offset() or 0))
     return out
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def rows_as_tuples(rows: Sequence[object], fields: Sequence[str]) -> list[tuple[object, ...]]:
-    return [tuple(getattr(r, f) for f in fields) for r in rows]
