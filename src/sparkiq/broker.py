@@ -7,9 +7,7 @@ stopped by its PID.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sparkiq.errors import BrokerError
+from sparkiq.processes import stop_process
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -126,15 +125,8 @@ class DevBroker:
         """SIGTERM, then SIGKILL after grace_s: the broker is memory-only, and on SIGTERM it
         waits for connected clients to go away, which can take several seconds."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=timeout_s)
+        if proc is not None:
+            stop_process(proc, grace_s=grace_s, timeout_s=timeout_s)
         log = self._log_file
         self._log_file = None
         if log is not None:

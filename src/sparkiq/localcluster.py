@@ -6,9 +6,6 @@ stopped by its PID (SIGTERM for a graceful stop, SIGKILL to simulate a crash).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +18,7 @@ import httpx
 
 from sparkiq.broker import free_port
 from sparkiq.errors import SparkiqError
+from sparkiq.processes import stop_process
 
 
 @dataclass
@@ -80,15 +78,7 @@ class NodeProcess:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=timeout_s)
+        stop_process(proc, kill=kill, grace_s=timeout_s, timeout_s=timeout_s)
         self.proc = None
 
     def is_ready(self) -> bool:
