@@ -15,12 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import orjson
-
 from sparkiq.errors import FormatError
 from sparkiq.http import fanout
 from sparkiq.http.forward import Forwarder
-from sparkiq.http.locate import Call, LocalReplica, Locator
+from sparkiq.http.keypath import KeyPath, read_key
+from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
 from sparkiq.http.params import (
     Params,
@@ -33,10 +32,12 @@ from sparkiq.http.params import (
 from sparkiq.http.pool import PoolForwarder
 from sparkiq.http.responses import (
     JSON_HEADERS,
+    Answer,
     EdgeCode,
     Outcome,
     Response,
     error_response,
+    failed,
     failure_response,
     json_response,
 )
@@ -46,10 +47,9 @@ from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key, window_store_key
 from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
 
 log = logging.getLogger(__name__)
-
-Answer = tuple[Response, Outcome]
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _OK = Response(200, b'{"status":"ok"}')
@@ -72,10 +72,6 @@ class _Endpoint:
     method: str
     params: frozenset[str]
     handler: Handler
-
-
-def failed(failure: Failure) -> Answer:
-    return failure_response(failure), Outcome.ERROR
 
 
 class HttpApi:
@@ -104,6 +100,8 @@ class HttpApi:
             "windows": _Endpoint("windows", "GET", frozenset(("from", "to", *lag)), self._windows),
             "owner": _Endpoint("owner", "GET", frozenset(), self._owner),
         }
+        # The hot path for GET .../keys/{key}; the adapters try it before `handle`.
+        self.keys = KeyPath(self)
 
     async def close(self) -> None:
         """Close the pooled connections to other nodes."""
@@ -119,20 +117,23 @@ class HttpApi:
         endpoint = "unknown"
         try:
             endpoint, response, outcome = await self._dispatch(method, path, query, headers, body)
-        except FormatError as exc:
-            # A stored value that does not decode: the producer's data, not the caller's input.
-            log.warning("cannot render an answer to %s %s: %s", method, path, exc)
-            response = error_response(500, EdgeCode.UNDECODABLE, str(exc))
-            outcome = Outcome.ERROR
-        except Exception:
-            # A bug, not bad input: bad input is answered as a Failure before it gets here.
-            log.exception("unexpected error answering %s %s", method, path)
-            response = error_response(
-                500, EdgeCode.INTERNAL, "internal error; the node logged the details"
-            )
-            outcome = Outcome.ERROR
+        except Exception as exc:
+            response, outcome = self.error_answer(method, path, exc)
         self.metrics.observe(endpoint, outcome, response.status, time.perf_counter() - started)
         return response
+
+    def error_answer(self, method: str, path: str, exc: Exception) -> Answer:
+        """The 500 for an exception that escaped answering `method path` (logged here)."""
+        if isinstance(exc, FormatError):
+            # A stored value that does not decode: the producer's data, not the caller's input.
+            log.warning("cannot render an answer to %s %s: %s", method, path, exc)
+            return error_response(500, EdgeCode.UNDECODABLE, str(exc)), Outcome.ERROR
+        # A bug, not bad input: bad input is answered as a Failure before it gets here.
+        log.error("unexpected error answering %s %s", method, path, exc_info=exc)
+        response = error_response(
+            500, EdgeCode.INTERNAL, "internal error; the node logged the details"
+        )
+        return response, Outcome.ERROR
 
     def body_too_large(self) -> Response:
         """The answer to a body the adapter stopped reading at `max_body_bytes`."""
@@ -212,25 +213,14 @@ class HttpApi:
         return await endpoint.handler(table, key_text, params, call, body)
 
     def _call(self, headers: Headers, params: Params, target: str) -> Call | Failure:
-        raw_hops = headers.get(HOPS_HEADER)
-        hops = 0
-        budget = self.settings.budget_s
-        if raw_hops is not None:
-            try:
-                hops = int(raw_hops)
-            except ValueError:
-                return Failure(FailureReason.BAD_REQUEST, f"{HOPS_HEADER} must be an integer")
-            raw_budget = headers.get(BUDGET_HEADER)
-            if raw_budget is not None:
-                # A forwarded request has only what is left of the first node's budget.
-                try:
-                    budget = min(budget, max(int(raw_budget), 1) / 1000)
-                except ValueError:
-                    return Failure(FailureReason.BAD_REQUEST, f"{BUDGET_HEADER} must be ms")
-        max_lag = int_param(params, "max_lag", None, 0) if params else None
+        call = new_call(self.settings, headers.get(HOPS_HEADER), headers.get(BUDGET_HEADER), target)
+        if isinstance(call, Failure) or not params:
+            return call
+        max_lag = int_param(params, "max_lag", None, 0)
         if isinstance(max_lag, Failure):
             return max_lag
-        return Call(hops, time.monotonic() + budget, budget, max_lag, target)
+        call.max_lag = max_lag
+        return call
 
     def _unknown_table(self, name: str) -> Failure:
         known = sorted(t.name for t in self.view.tables())
@@ -249,53 +239,44 @@ class HttpApi:
         if isinstance(wire, Failure):
             return failed(wire)
         partition = partition_for(wire, table.partitions)
-        tp = (table.topic, partition)
-        store_key = codecs(table)[0].wire_to_store(wire)
+        pair = codecs(table)
+        store_key = pair[0].wire_to_store(wire)
+        node = self.view.url
+        return await self.answer_from_replica(
+            (table.topic, partition),
+            call,
+            lambda replica: read_key(
+                table, pair, key_text, wire, store_key, partition, replica, node
+            ),
+        )
+
+    async def answer_from_replica(
+        self,
+        tp: TopicPartition,
+        call: Call,
+        read: Callable[[LocalReplica], Answer],
+        found: LocalReplica | str | Failure | None = None,
+    ) -> Answer:
+        """A single-partition GET: `read` a local replica, or the owner's answer as it is.
+
+        Waits (within the call's budget) while no replica can answer, and asks an owner that
+        could not be reached again after a pause while the budget lasts. `found` is what
+        `locator.resolve` just said for `tp`, if the caller asked already.
+        """
         while True:
-            found = await self.locator.locate(tp, call)
-            if isinstance(found, Failure):
-                return failed(found)
+            if found is None or isinstance(found, Failure):
+                found = await self.locator.locate(tp, call)
+                if isinstance(found, Failure):
+                    return failed(found)
             if isinstance(found, LocalReplica):
-                return self._read_key(table, key_text, wire, store_key, partition, found)
+                return read(found)
             answer = await self.locator.forward(found, "GET", call.target, None, call)
+            found = None
             if answer is None:
                 continue
             if isinstance(answer, Failure):
                 return failed(answer)
             return answer, Outcome.FORWARDED
-
-    def _read_key(
-        self,
-        table: TableDef,
-        key_text: str,
-        wire: bytes,
-        store_key: bytes,
-        partition: int,
-        replica: LocalReplica,
-    ) -> Answer:
-        outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
-        value = replica.store.get(store_key)
-        if value is None:
-            failure = Failure(
-                FailureReason.NOT_FOUND,
-                f"key {key_text!r} is not in table {table.name!r} "
-                f"(partition {partition}, offset {replica.offset})",
-            )
-            return failure_response(failure), outcome
-        key_codec, value_codec = codecs(table)
-        body = orjson.dumps(
-            {
-                "table": table.name,
-                "key": key_codec.render(wire),
-                # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
-                "value": orjson.Fragment(value_codec.render_json(value)),
-                "partition": partition,
-                "offset": replica.offset,
-                "node": self.view.url,
-                "standby": replica.is_standby,
-            }
-        )
-        return Response(200, body), outcome
 
     # -- windows of one key ------------------------------------------------------------------
 
@@ -324,19 +305,11 @@ class HttpApi:
             return failed(wire)
         # All windows of a key live in the partition of the key alone.
         partition = partition_for(wire, table.partitions)
-        tp = (table.topic, partition)
-        while True:
-            found = await self.locator.locate(tp, call)
-            if isinstance(found, Failure):
-                return failed(found)
-            if isinstance(found, LocalReplica):
-                return self._read_windows(table, wire, lo, hi, partition, found)
-            answer = await self.locator.forward(found, "GET", call.target, None, call)
-            if answer is None:
-                continue
-            if isinstance(answer, Failure):
-                return failed(answer)
-            return answer, Outcome.FORWARDED
+        return await self.answer_from_replica(
+            (table.topic, partition),
+            call,
+            lambda replica: self._read_windows(table, wire, lo, hi, partition, replica),
+        )
 
     def _read_windows(
         self, table: TableDef, wire: bytes, lo: int, hi: int, partition: int, replica: LocalReplica

@@ -1,8 +1,10 @@
 """ASGI adapter: serves `HttpApi` to any ASGI server, and to tests through httpx.ASGITransport.
 
 It only moves bytes: raw path, query string, the headers the API reads, a body of bounded
-size in; status, headers and body out. Lifespan events are acknowledged (the node owns the
-API's lifetime, not the server).
+size in; status, headers and body out. A GET without a query string goes to the key path
+(`sparkiq.http.keypath`) first, which answers single-key lookups without the generic
+dispatch; whatever it declines goes to `HttpApi.handle`. Lifespan events are acknowledged
+(the node owns the API's lifetime, not the server).
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from sparkiq.http.api import HttpApi
+from sparkiq.http.responses import raw_headers
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+_HOPS = HOPS_HEADER.encode()
+_BUDGET = BUDGET_HEADER.encode()
 
 
 class AsgiApp:
@@ -23,10 +30,33 @@ class AsgiApp:
 
     def __init__(self, api: HttpApi) -> None:
         self.api = api
+        self._keys = api.keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            # The hot path first: a GET without a query whose raw path the key path knows.
+            raw_path: bytes | None = scope.get("raw_path")
+            if raw_path and scope["method"] == "GET" and not scope["query_string"]:
+                hops = budget = None
+                for name, value in scope["headers"]:
+                    if name == _HOPS:
+                        hops = value
+                    elif name == _BUDGET:
+                        budget = value
+                # Some clients (httpx's ASGITransport) put the "?" of an empty query in it.
+                path = raw_path.partition(b"?")[0] if b"?" in raw_path else raw_path
+                response = await self._keys.answer(path, hops, budget)
+                if response is not None:
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": response.status,
+                            "headers": raw_headers(response.headers),
+                        }
+                    )
+                    await send({"type": "http.response.body", "body": response.body})
+                    return
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await _lifespan(receive, send)
@@ -50,9 +80,7 @@ class AsgiApp:
             {
                 "type": "http.response.start",
                 "status": response.status,
-                "headers": [
-                    (k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers
-                ],
+                "headers": raw_headers(response.headers),
             }
         )
         await send({"type": "http.response.body", "body": response.body})

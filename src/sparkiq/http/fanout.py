@@ -27,7 +27,7 @@ from sparkiq.http.params import (
     parse_key_json,
     parse_key_text,
 )
-from sparkiq.http.responses import Outcome, Response, failure_response
+from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key
@@ -35,7 +35,7 @@ from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
 
 if TYPE_CHECKING:
-    from sparkiq.http.api import Answer, HttpApi
+    from sparkiq.http.api import HttpApi
 
 RANGE_PARAMS = frozenset(("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions"))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.responses import Response
 from sparkiq.http.routing import RouteKind, route
-from sparkiq.http.settings import HttpSettings
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView, ReadableStore
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.topology import TopicPartition
@@ -38,9 +38,35 @@ class Call:
         return self.deadline - time.monotonic()
 
 
-@dataclass(frozen=True, slots=True)
+def new_call(
+    settings: HttpSettings,
+    raw_hops: str | bytes | None,
+    raw_budget: str | bytes | None,
+    target: str,
+) -> Call | Failure:
+    """A request's `Call` from its hops and budget headers (values as received, or None).
+
+    `max_lag` starts as None; the caller sets it from the query string.
+    """
+    hops = 0
+    budget = settings.budget_s
+    if raw_hops is not None:
+        try:
+            hops = int(raw_hops)
+        except ValueError:
+            return Failure(FailureReason.BAD_REQUEST, f"{HOPS_HEADER} must be an integer")
+        if raw_budget is not None:
+            # A forwarded request has only what is left of the first node's budget.
+            try:
+                budget = min(budget, max(int(raw_budget), 1) / 1000)
+            except ValueError:
+                return Failure(FailureReason.BAD_REQUEST, f"{BUDGET_HEADER} must be ms")
+    return Call(hops, time.monotonic() + budget, budget, None, target)
+
+
+@dataclass(slots=True)  # not frozen: built per request, and frozen __init__ costs 3x
 class LocalReplica:
-    """This node's replica of a partition, ready to read."""
+    """This node's replica of a partition, ready to read. Treat it as immutable."""
 
     store: ReadableStore
     offset: int | None  # next changelog offset it will apply (the answer's freshness)

@@ -12,6 +12,10 @@ from typing import Any
 from urllib.parse import quote
 
 from sparkiq.http.api import HttpApi
+from sparkiq.http.responses import JSON_HEADERS, Response
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+
+_JSON_HEADERS = list(JSON_HEADERS)
 
 
 class RsgiApp:
@@ -19,6 +23,7 @@ class RsgiApp:
 
     def __init__(self, api: HttpApi) -> None:
         self.api = api
+        self._keys = api.keys
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
@@ -27,6 +32,15 @@ class RsgiApp:
         path: str = scope.path
         if "%" in path or not path.isascii():
             path = quote(path, safe="/")
+        if method == "GET" and not scope.query_string:
+            # The hot path first (see `sparkiq.http.keypath`); None = not a case it answers.
+            headers = scope.headers
+            answer = await self._keys.answer(
+                path.encode("ascii"), headers.get(HOPS_HEADER), headers.get(BUDGET_HEADER)
+            )
+            if answer is not None:
+                proto.response_bytes(answer.status, _headers(answer), answer.body)
+                return
         body: bytes | None = b""
         if method == "POST":
             body = await _read_body(proto, scope.headers, self.api.settings.max_body_bytes)
@@ -34,7 +48,13 @@ class RsgiApp:
             response = self.api.body_too_large()
         else:
             response = await self.api.handle(method, path, scope.query_string, scope.headers, body)
-        proto.response_bytes(response.status, list(response.headers), response.body)
+        proto.response_bytes(response.status, _headers(response), response.body)
+
+
+def _headers(response: Response) -> list[tuple[str, str]]:
+    if response.headers is JSON_HEADERS:
+        return _JSON_HEADERS
+    return list(response.headers)
 
 
 async def _read_body(proto: Any, headers: Any, limit: int) -> bytes | None:

@@ -1,0 +1,191 @@
+"""The hot path of a node: `GET /v1/tables/{table}/keys/{key}` without the generic dispatch.
+
+Single-key lookups are most of a node's traffic, and the generic path (split, endpoint table,
+query parsing, `Call`, handler, locator) costs several times the RocksDB get. The adapters
+hand `KeyPath.answer` a GET without a query string as the raw path and the two sparkiq
+headers, and it answers the common cases itself:
+
+- the key's partition has a ready active replica here: read it and render the answer (200,
+  or 404 for an absent key) with `read_key`, as the generic path does;
+- otherwise (another node is the active, or nobody can answer yet): the loop every
+  single-partition read goes through (`HttpApi.answer_from_replica`), which forwards the raw
+  path and passes the owner's status and body bytes back as they are, or waits.
+
+Anything else -- a path of another shape, an unknown table, a key that does not parse or is
+over the limit, a malformed sparkiq header -- returns None before anything is read, and the
+adapter passes the request to `HttpApi.handle`, which answers it by the full rules. An
+unexpected error becomes the same 500 as there (`HttpApi.error_answer`). The answers are the
+same bytes either way: tests/test_http_keypath.py checks each case against the generic path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+
+from sparkiq.http.locate import Call, LocalReplica, new_call
+from sparkiq.http.params import codecs, decode_segment, parse_key_text
+from sparkiq.http.responses import Answer, Outcome, Response, failure_response
+from sparkiq.partitioner import partition_for
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.serde import KeyCodec, ValueCodec
+from sparkiq.tables import Format, TableDef
+from sparkiq.topology import TopicPartition
+
+if TYPE_CHECKING:
+    from sparkiq.http.api import HttpApi
+
+PREFIX = b"/v1/tables/"
+_KEYS = b"keys/"
+_MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
+
+
+def read_key(
+    table: TableDef,
+    pair: tuple[KeyCodec, ValueCodec],
+    key_text: str,
+    wire: bytes,
+    store_key: bytes,
+    partition: int,
+    replica: LocalReplica,
+    node: str,
+) -> Answer:
+    """A single-key read from a local replica: 200 with the value, or 404 when absent."""
+    outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
+    value = replica.store.get(store_key)
+    if value is None:
+        failure = Failure(
+            FailureReason.NOT_FOUND,
+            f"key {key_text!r} is not in table {table.name!r} "
+            f"(partition {partition}, offset {replica.offset})",
+        )
+        return failure_response(failure), outcome
+    key_codec, value_codec = pair
+    body = orjson.dumps(
+        {
+            "table": table.name,
+            "key": key_codec.render(wire),
+            # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
+            "value": orjson.Fragment(value_codec.render_json(value)),
+            "partition": partition,
+            "offset": replica.offset,
+            "node": node,
+            "standby": replica.is_standby,
+        }
+    )
+    return Response(200, body), outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """What the hot path needs of one table, worked out once per definition."""
+
+    table: TableDef
+    codecs: tuple[KeyCodec, ValueCodec]
+    tps: tuple[TopicPartition, ...]  # by partition number
+    # String keys: the UTF-8 of the path text is both the wire form and the store key, so
+    # an ASCII segment without '%' is used as it arrives.
+    text_is_wire: bool
+
+
+class KeyPath:
+    """Answers single-key GETs for one `HttpApi`, or declines (None) to the generic path."""
+
+    def __init__(self, api: HttpApi) -> None:
+        self._api = api
+        self._view = api.view
+        self._settings = api.settings
+        self._observe = api.metrics.observe
+        self._resolve = api.locator.resolve
+        self._max_key = api.settings.max_key_bytes
+        self._tables: dict[bytes, _Table] = {}
+
+    async def answer(
+        self, path: bytes, hops: str | bytes | None, budget: str | bytes | None
+    ) -> Response | None:
+        """The answer to GET `path` (raw, percent-encoded, no query), or None to decline.
+
+        `hops` and `budget` are the x-sparkiq-hops and x-sparkiq-budget-ms header values.
+        """
+        if not path.startswith(PREFIX):
+            return None
+        started = time.perf_counter()
+        try:
+            table_segment, _, rest = path[len(PREFIX) :].partition(b"/")
+            if not rest.startswith(_KEYS):
+                return None
+            key_segment = rest[len(_KEYS) :]
+            if not key_segment or b"/" in key_segment:
+                return None
+            view = self._view
+            entry = self._tables.get(table_segment)
+            if entry is None or view.table(entry.table.name) is not entry.table:
+                entry = self._learn(table_segment)
+                if entry is None:
+                    return None
+            call: Call | Failure | None = None
+            if hops is not None:  # forwarded to us: check the headers as the generic path does
+                call = new_call(self._settings, hops, budget, path.decode("latin-1"))
+                if isinstance(call, Failure):
+                    return None
+            table = entry.table
+            if entry.text_is_wire and key_segment.isascii() and b"%" not in key_segment:
+                if len(key_segment) > self._max_key:
+                    return None
+                wire = store_key = key_segment
+                key_text = key_segment.decode("ascii")
+            else:
+                text = decode_segment(key_segment.decode("latin-1"))
+                if isinstance(text, Failure):
+                    return None
+                parsed = parse_key_text(table, text, self._max_key)
+                if isinstance(parsed, Failure):
+                    return None
+                wire, key_text = parsed, text
+                store_key = entry.codecs[0].wire_to_store(wire)
+            partition = partition_for(wire, table.partitions)
+            tp = entry.tps[partition]
+            found = self._resolve(tp, None)
+            node = view.url
+            if isinstance(found, LocalReplica):
+                answer = read_key(
+                    table, entry.codecs, key_text, wire, store_key, partition, found, node
+                )
+            else:  # forward, or wait: the loop every single-partition read goes through
+                if call is None:
+                    call = new_call(self._settings, None, None, path.decode("latin-1"))
+                assert isinstance(call, Call)  # a Failure declined above; no headers cannot fail
+                answer = await self._api.answer_from_replica(
+                    tp,
+                    call,
+                    lambda replica: read_key(
+                        table, entry.codecs, key_text, wire, store_key, partition, replica, node
+                    ),
+                    found,
+                )
+            response, outcome = answer
+        except Exception as exc:
+            response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
+        self._observe("key", outcome, response.status, time.perf_counter() - started)
+        return response
+
+    def _learn(self, segment: bytes) -> _Table | None:
+        name = decode_segment(segment.decode("latin-1"))
+        if isinstance(name, Failure):
+            return None
+        table = self._view.table(name)
+        if table is None:
+            return None
+        entry = _Table(
+            table,
+            codecs(table),
+            tuple((table.topic, p) for p in range(table.partitions)),
+            text_is_wire=table.key_format is Format.STRING,
+        )
+        if len(self._tables) >= _MAX_TABLES:
+            self._tables.clear()
+        self._tables[segment] = entry
+        return entry
