@@ -30,7 +30,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.broker import DevBroker
 from sparkiq.kafka.admin import create_topic
-from sparkiq.restore import _CONSUMER_CONF, BATCH_SIZE, ReplicaState, Restorer
+from sparkiq.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
 from sparkiq.store import StoreRegistry
 from sparkiq.tables import Format, TableDef
 
@@ -73,7 +73,7 @@ def bare_consume(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
         "bootstrap.servers": bootstrap,
         "group.id": f"bench-{uuid.uuid4()}",
     }
-    conf.update(_CONSUMER_CONF)
+    conf.update(CONSUMER_CONF)
     conf["enable.partition.eof"] = False
     consumer = Consumer(conf)
     c0, t0 = _cpu_s(), time.perf_counter()

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -411,12 +412,6 @@ def test_windowed_keys_split_into_key_and_window_start(
     ]
 
 
-@pytest.mark.xfail(
-    reason="known race: a partition dropped and re-added within milliseconds while restoring "
-    "can reach ACTIVE with records missing (seen once in a clean-clone run); to be fixed in "
-    "the Restorer, see the issue note",
-    strict=False,
-)
 def test_assign_churn_while_restoring_ends_consistent(
     bootstrap: str,
     unique_name: Callable[[str], str],
@@ -445,3 +440,48 @@ def test_assign_churn_while_restoring_ends_consistent(
     for p in range(3):
         assert contents(restorer, tps[p]) == oracle[p]
     assert set(restorer.statuses()) == set(tps)
+
+
+def test_records_fetched_while_unassigned_are_fetched_again(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The churn race, forced: a partition is unassigned right after the consumer returned
+    a batch of its records (so they are not written) and assigned again before the
+    restorer's next turn, while the consumer still fetches it past those records."""
+    topic = unique_name("refetch")
+    create_topic(bootstrap, topic, 1)
+    tables.add(TableDef(name=topic, topic=topic, partitions=1, value_format=Format.STRING))
+    oracle: Oracle = {}
+    records = random_records(1, 3000, 500, seed=8)
+    produce(bootstrap, topic, records, oracle, flush_every=500)
+    tp = (topic, 0)
+
+    restorer = make_restorer()
+    apply_batch = restorer._apply
+    raced = threading.Event()
+
+    def racing_apply(*args: Any) -> None:
+        messages = args[-1]
+        if raced.is_set() or not any(m.error() is None for m in messages):
+            apply_batch(*args)
+            return
+        raced.set()
+        restorer.assign(set(), set())
+        apply_batch(*args)
+        restorer.assign({tp}, set())
+
+    monkeypatch.setattr(restorer, "_apply", racing_apply)
+    restorer.assign({tp}, set())
+    wait_for(lambda: all_in(restorer, [tp], ReplicaState.ACTIVE), "active", timeout_s=15)
+
+    assert raced.is_set()
+    assert contents(restorer, tp) == oracle[0]
+    st = restorer.status(tp)
+    assert st is not None
+    assert st.position == st.end == len(records)
+    assert restorer.records_applied == len(records)  # the first batch only once, later
+    assert restorer.refetches == 1

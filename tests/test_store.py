@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,6 +150,112 @@ def test_second_process_handle_on_same_dir_is_refused(
     registry.open(TABLE, 0)
     with pytest.raises(StoreError, match="another --state-dir"):
         PartitionStore(registry.path_for("users", 0), TABLE, 0)
+
+
+# -- writes without the write-ahead log ------------------------------------------------------
+
+# Runs in a child process that dies without closing the store, as in a crash: RocksDB gets no
+# chance to flush. Each step is "wal:<prefix>:<offset>" or "nowal:<prefix>:<offset>" (ten keys
+# <prefix>0..<prefix>9 and that checkpoint, with or without the WAL) or "flush".
+# SMALL_MEMTABLES makes RocksDB flush in the background every few batches.
+_CRASHING_WRITER = """
+import os, sys
+from pathlib import Path
+import sparkiq.store as store_mod
+from sparkiq.tables import TableDef
+
+if os.environ.get("SMALL_MEMTABLES"):
+    default_options = store_mod._options
+
+    def small_memtables():
+        opts = default_options()
+        opts.set_write_buffer_size(64 * 1024)
+        return opts
+
+    store_mod._options = small_memtables
+store = store_mod.PartitionStore(
+    Path(sys.argv[1]), TableDef(name="users", topic="users-changelog", partitions=3), 0
+)
+for step in sys.argv[2:]:
+    if step == "flush":
+        store.flush()
+        continue
+    kind, prefix, offset = step.split(":")
+    keys = [(f"{prefix}{i}".encode(), b"v" * 100) for i in range(10)]
+    store.apply(keys, int(offset), wal=kind == "wal")
+os._exit(0)
+"""
+
+
+def _crash_after(path: Path, steps: list[str], *, small_memtables: bool = False) -> None:
+    env = dict(os.environ)
+    if small_memtables:
+        env["SMALL_MEMTABLES"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASHING_WRITER, str(path), *steps],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def _reopened(path: Path) -> tuple[int | None, set[bytes]]:
+    store = PartitionStore(path, TABLE, 0)
+    try:
+        return store.next_offset, {k for k, _ in store.scan(limit=1_000_000)}
+    finally:
+        store.close()
+
+
+def _keys_of(*prefixes: str) -> set[bytes]:
+    return {f"{p}{i}".encode() for p in prefixes for i in range(10)}
+
+
+@pytest.mark.parametrize(
+    ("steps", "checkpoint", "prefixes"),
+    [
+        # Writes without the WAL die with the process: data and checkpoint together.
+        (["wal:a:10", "nowal:b:20", "nowal:c:30"], 10, ["a"]),
+        (["nowal:a:10", "nowal:b:20"], None, []),
+        # A flush makes them durable, checkpoint included.
+        (["nowal:a:10", "flush", "nowal:b:20"], 10, ["a"]),
+        # A write with the WAL first flushes the ones without, so none is lost below it.
+        (["nowal:a:10", "nowal:b:20", "wal:c:30"], 30, ["a", "b", "c"]),
+    ],
+)
+def test_a_crash_loses_unflushed_writes_with_their_checkpoint(
+    tmp_path: Path, steps: list[str], checkpoint: int | None, prefixes: list[str]
+) -> None:
+    path = tmp_path / "users" / "0"
+    _crash_after(path, steps)
+    assert _reopened(path) == (checkpoint, _keys_of(*prefixes))
+
+
+def test_background_flushes_keep_data_and_checkpoint_together(tmp_path: Path) -> None:
+    # 64 KiB memtables and ~1.1 KiB batches: RocksDB flushes on its own many times, and the
+    # crash comes at an arbitrary point after the last of those flushes.
+    path = tmp_path / "users" / "0"
+    batches = 600
+    _crash_after(
+        path, [f"nowal:b{n:03d}-:{(n + 1) * 10}" for n in range(batches)], small_memtables=True
+    )
+    checkpoint, keys = _reopened(path)
+    assert checkpoint is not None, "expected background flushes to persist some batches"
+    assert checkpoint < batches * 10, "expected the last batches to be lost in the crash"
+    assert keys == _keys_of(*(f"b{n:03d}-" for n in range(checkpoint // 10)))
+
+
+def test_close_persists_writes_without_the_wal(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 1)
+    store.apply([(b"k", b"1")], next_offset=7, wal=False)
+    assert store.unflushed
+    registry.close(TABLE.name, 1)
+
+    again = StoreRegistry(registry.state_dir)
+    assert again.on_disk() == {("users", 1): 7}
+    assert again.open(TABLE, 1).get(b"k") == b"1"
+    again.close_all()
 
 
 # -- scans ---------------------------------------------------------------------------------

@@ -14,6 +14,19 @@ Layout of a node's state dir (`StoreRegistry`)::
 
 The checkpoint and table definition live in their own column family so no store key can
 collide with them and scans never see them.
+
+A write may skip RocksDB's write-ahead log (`write(..., wal=False)`, used while a partition is
+restoring and not served). Such writes reach disk only when the memtables are flushed, and
+data and checkpoint are lost together if the process dies before that: the store then
+reopens at the last checkpoint that was flushed (or written with the WAL), with exactly the
+data up to it, and the restore replays the rest from Kafka. Three rules keep that true:
+
+- memtables are flushed atomically across both column families (`atomic_flush`), so a
+  background flush never persists a checkpoint without its data, or data without its
+  checkpoint;
+- a write that uses the WAL first flushes any earlier writes that skipped it, so no write
+  recovered from the WAL ever sits on top of lost ones;
+- `flush()` and `close()` persist writes that skipped the WAL.
 """
 
 from __future__ import annotations
@@ -42,18 +55,23 @@ def _options() -> Options:
     opts.create_missing_column_families(True)
     # A node holds many small stores on a 2-core box: keep RocksDB's own threads modest.
     opts.set_max_background_jobs(2)
+    # Writes that skip the WAL are only as consistent as the flushes that persist them.
+    opts.set_atomic_flush(True)
     return opts
 
 
-def _write_options() -> WriteOptions:
-    # WAL on, sync off. Every batch reaches the WAL in the OS page cache before `write`
-    # returns, so a crash of the *process* loses nothing. A crash of the *machine* may lose
-    # the last batches, but each batch carries its own checkpoint, so data and offset are
-    # lost together and the restart replays them from Kafka (the source of truth). An fsync
-    # per batch would cost far more than re-reading a few batches. `close()` syncs the WAL,
-    # so a clean shutdown is fully durable.
+def _write_options(*, wal: bool) -> WriteOptions:
+    # Without the WAL: see the module docstring. With it: WAL on, sync off. Every batch
+    # reaches the WAL in the OS page cache before `write` returns, so a crash of the
+    # *process* loses nothing. A crash of the *machine* may lose the last batches, but each
+    # batch carries its own checkpoint, so data and offset are lost together and the restart
+    # replays them from Kafka (the source of truth). An fsync per batch would cost far more
+    # than re-reading a few batches. `close()` syncs the WAL, so a clean shutdown is fully
+    # durable.
     wo = WriteOptions()
     wo.sync = False
+    # A property at run time; rocksdict's stub declares it as a method.
+    wo.disable_wal = not wal  # type: ignore[method-assign,assignment]
     return wo
 
 
@@ -127,7 +145,9 @@ class PartitionStore:
             self._release()
             raise
         self._next_offset: int | None = int.from_bytes(raw, "big") if raw is not None else None
-        self._wo = _write_options()
+        self._wo = _write_options(wal=True)
+        self._wo_no_wal = _write_options(wal=False)
+        self._unflushed = False  # written without the WAL since the last flush
         self._closed = False
 
     def _check_table(self, path: Path, table: TableDef) -> None:
@@ -199,7 +219,13 @@ class PartitionStore:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def apply(self, records: Sequence[tuple[bytes, bytes | None]], next_offset: int) -> None:
+    def apply(
+        self,
+        records: Sequence[tuple[bytes, bytes | None]],
+        next_offset: int,
+        *,
+        wal: bool = True,
+    ) -> None:
         """Write store keys -> wire values (None deletes) and the checkpoint, atomically."""
         batch = self.new_batch()
         for key, value in records:
@@ -207,26 +233,57 @@ class PartitionStore:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        self.write(batch, next_offset)
+        self.write(batch, next_offset, wal=wal)
 
     def new_batch(self) -> WriteBatch:
         """An empty batch for `write`; the restorer fills it record by record, which saves
         building a list of pairs first on its hot path."""
         return WriteBatch(raw_mode=True)
 
-    def write(self, batch: WriteBatch, next_offset: int) -> None:
-        """Write a batch from `new_batch` together with the checkpoint, atomically."""
+    def write(self, batch: WriteBatch, next_offset: int, *, wal: bool = True) -> None:
+        """Write a batch from `new_batch` together with the checkpoint, atomically.
+
+        With *wal* False the write skips the write-ahead log: it is durable only after the
+        next `flush` (see the module docstring).
+        """
         if self._meta_cf is None:
             raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
+        if wal:
+            self.flush()
         batch.put(_OFFSET_KEY, next_offset.to_bytes(8, "big"), self._meta_cf)
         try:
-            self._db.write(batch, self._wo)
+            self._db.write(batch, self._wo if wal else self._wo_no_wal)
         except Exception as exc:
             raise StoreError(
                 f"cannot write to the store at {self.path}: {exc}; check free disk space and "
                 "permissions of the --state-dir"
             ) from exc
+        if not wal:
+            self._unflushed = True
         self._next_offset = next_offset
+
+    def flush(self) -> None:
+        """Persist writes that skipped the write-ahead log (no-op if there are none)."""
+        if not self._unflushed:
+            return
+        if self._meta_cf is None:
+            raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
+        try:
+            # Atomic across column families (`atomic_flush`); should RocksDB flush only the
+            # named one, data goes first, so the checkpoint never gets ahead of it.
+            self._db.flush(True)
+            self._meta.flush(True)
+        except Exception as exc:
+            raise StoreError(
+                f"cannot flush the store at {self.path}: {exc}; check free disk space and "
+                "permissions of the --state-dir"
+            ) from exc
+        self._unflushed = False
+
+    @property
+    def unflushed(self) -> bool:
+        """Whether writes that skipped the write-ahead log are not yet on disk."""
+        return self._unflushed
 
     @property
     def next_offset(self) -> int | None:
@@ -240,6 +297,8 @@ class PartitionStore:
     def close(self) -> None:
         if self._closed:
             return
+        with contextlib.suppress(Exception):
+            self.flush()
         self._closed = True
         with contextlib.suppress(Exception):
             self._db.flush_wal(True)

@@ -1,4 +1,4 @@
-"""Restores changelog partitions into their stores, follows them, and reports state and lag.
+"""The `Restorer`: follows the assigned changelog partitions into their stores.
 
 One `Restorer` per node runs one thread with one confluent-kafka consumer in `assign()` mode
 (no group: the sparkiq group member decides who holds what; this only fetches). `assign()`
@@ -10,11 +10,15 @@ the wanted set on its next turn:
 - a removed partition is unassigned and its store closed, left on disk for a later return;
 - a partition that changes role (active <-> standby) keeps its store and position.
 
+Records the consumer returns for a partition that is unassigned at that moment are not
+written; if the partition comes back before the consumer lets go of it, it is fetched again
+from its checkpoint (`Fetching`), so a checkpoint never moves past a record not written.
+
 An active partition is RESTORING until its position reaches the true end offset measured
 when it was assigned (`sparkiq.kafka.offsets.true_end_offsets`, which also works on the dev
 broker whose reported end is short), then ACTIVE. Standbys are STANDBY and follow forever.
-Each consumed batch becomes one `PartitionStore.apply` per partition: data and checkpoint
-in one write.
+Each consumed batch becomes one `PartitionStore.write` per partition: data and checkpoint
+in one write, without the write-ahead log while RESTORING (flushed before ACTIVE).
 """
 
 from __future__ import annotations
@@ -23,206 +27,28 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence, Set
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, TypeVar
+from concurrent.futures import Future
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message
-from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import Consumer, Message
 from confluent_kafka import TopicPartition as CTopicPartition
-from rocksdict import WriteBatch
 
 from sparkiq.errors import SparkiqError, StoreError
-from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
-from sparkiq.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
+from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.restore.batches import split_batch
+from sparkiq.restore.ends import EndProbe
+from sparkiq.restore.fetch import BATCH_SIZE, Fetching, new_consumer
+from sparkiq.restore.replica import PartitionStatus, Replica, ReplicaState
 from sparkiq.store import PartitionStore, StoreRegistry
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
 
 log = logging.getLogger(__name__)
 
-# Tuned for restore throughput on a 2-core box (../shared/BASELINES.md): large fetches, a deep
-# local queue, and a short fetch wait so a standby sees new records within ~100 ms.
-_CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,
-    "auto.offset.reset": "earliest",
-    "fetch.wait.max.ms": 100,
-    "max.partition.fetch.bytes": 10 * 1024 * 1024,
-    "fetch.max.bytes": 60 * 1024 * 1024,
-    "queued.min.messages": 1_000_000,
-}
-
-BATCH_SIZE = 10_000
 _POLL_TIMEOUT_S = 0.1
 _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
-
-StoreKeyFn = Callable[[bytes], bytes]
-_T = TypeVar("_T")
-
-
-class ReplicaState(StrEnum):
-    """What a node's copy of a partition is doing."""
-
-    RESTORING = "restoring"  # active role, catching up to the end seen at assignment
-    ACTIVE = "active"  # active role, caught up: serves reads
-    STANDBY = "standby"  # follows the changelog; may answer reads within a lag bound
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStatus:
-    """A snapshot of one assigned partition."""
-
-    tp: TopicPartition
-    table: str
-    state: ReplicaState
-    position: int  # next offset to apply
-    end: int  # true end offset last seen
-    lag: int  # end - position, >= 0
-
-
-def store_key_fn(table: TableDef) -> StoreKeyFn | None:
-    """The wire key -> store key transform of *table* (None: the identity)."""
-    codec = key_codec(table)
-    # Most formats store the wire bytes as they are; then the record loop skips the call.
-    is_identity = type(codec).wire_to_store is KeyCodec.wire_to_store
-    if not table.is_windowed:
-        return None if is_identity else codec.wire_to_store
-    key_to_store = codec.wire_to_store
-
-    def windowed(wire: bytes) -> bytes:
-        key_wire, start_ms = split_window_wire_key(wire)
-        return window_store_key(key_to_store(key_wire), start_ms)
-
-    return windowed
-
-
-def _ignore_put(key: bytes, value: bytes) -> None:
-    pass
-
-
-def _ignore_delete(key: bytes) -> None:
-    pass
-
-
-class _Run:
-    """The records of one partition within one consumed batch, already in a write batch."""
-
-    __slots__ = ("batch", "key_fn", "last", "replica")
-
-    def __init__(self, replica: _Replica | None) -> None:
-        self.replica = replica
-        # A partition no longer assigned still gets a batch (never written) to keep the
-        # record loop free of checks.
-        self.batch: WriteBatch = (
-            replica.store.new_batch() if replica is not None else WriteBatch(raw_mode=True)
-        )
-        self.key_fn = replica.key_fn if replica is not None else None
-        self.last: int | None = None  # offset of the run's last record
-
-
-class _EndProbe:
-    """Runs true-end-offset reads off the restorer thread.
-
-    A read waits on short fetches (~0.2 s on the dev broker) that would otherwise stall
-    restoring. One worker thread owns the probe consumer, so it is never used concurrently.
-    """
-
-    def __init__(self, bootstrap: str) -> None:
-        self._bootstrap = bootstrap
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparkiq-restorer-ends")
-        self._consumer: Consumer | None = None
-
-    def submit(self, fn: Callable[[Consumer], _T]) -> Future[_T]:
-        return self._pool.submit(self._call, fn)
-
-    def _call(self, fn: Callable[[Consumer], _T]) -> _T:
-        if self._consumer is None:
-            self._consumer = probe_consumer(self._bootstrap)
-        return fn(self._consumer)
-
-    def _close_consumer(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._pool.submit(self._close_consumer)
-        self._pool.shutdown(wait=True, cancel_futures=False)
-
-
-class _Replica:
-    """Restorer-side bookkeeping of one assigned partition (guarded by the restorer lock)."""
-
-    __slots__ = (
-        "end",
-        "is_active",
-        "key_fn",
-        "measuring",
-        "position",
-        "role_epoch",
-        "skipped",
-        "state",
-        "store",
-        "table",
-        "target",
-        "tp",
-    )
-
-    def __init__(self, tp: TopicPartition, table: TableDef, store: PartitionStore) -> None:
-        self.tp = tp
-        self.table = table
-        self.store = store
-        self.key_fn = store_key_fn(table)
-        self.position = store.next_offset or 0
-        self.end = self.position
-        self.target: int | None = None  # true end measured when the active role arrived
-        self.role_epoch = 0  # bumped on every role change; stale end measurements are dropped
-        self.measuring: int | None = None  # role_epoch of the end measurement under way
-        self.is_active = False
-        self.state = ReplicaState.STANDBY
-        self.skipped = 0
-
-    def set_role(self, active: bool) -> None:
-        if active == self.is_active:
-            return
-        self.is_active = active
-        self.state = ReplicaState.RESTORING if active else ReplicaState.STANDBY
-        self.target = None
-        self.role_epoch += 1
-
-    def advance(self, position: int) -> None:
-        self.position = position
-        if position > self.end:
-            self.end = position
-
-    def check_caught_up(self) -> bool:
-        """Moves RESTORING -> ACTIVE once the target is reached; True if it did."""
-        if (
-            self.state is ReplicaState.RESTORING
-            and self.target is not None
-            and self.position >= self.target
-        ):
-            self.state = ReplicaState.ACTIVE
-            return True
-        return False
-
-    def status(self) -> PartitionStatus:
-        return PartitionStatus(
-            tp=self.tp,
-            table=self.table.name,
-            state=self.state,
-            position=self.position,
-            end=self.end,
-            lag=max(self.end - self.position, 0),
-        )
 
 
 class Restorer:
@@ -242,8 +68,8 @@ class Restorer:
         self._on_change = on_change
         self._kafka_config = dict(kafka_config or {})
         self._lock = threading.Lock()
-        self._replicas: dict[TopicPartition, _Replica] = {}
-        self._closing: dict[TopicPartition, _Replica] = {}
+        self._replicas: dict[TopicPartition, Replica] = {}
+        self._closing: dict[TopicPartition, Replica] = {}
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -251,9 +77,10 @@ class Restorer:
         self._statuses: dict[TopicPartition, PartitionStatus] = {}
         self._stores: dict[TopicPartition, PartitionStore] = {}
         self._disk_lags: dict[TopicPartition, int] = {}
-        self._measured: list[tuple[_Replica, int, int]] = []  # (replica, role_epoch, end)
+        self._measured: list[tuple[Replica, int, int]] = []  # (replica, role_epoch, end)
         self.records_applied = 0  # records written to stores since start (tombstones too)
         self.skipped_records = 0  # records without a usable key, since start
+        self.refetches = 0  # partitions fetched again from their checkpoint, since start
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -289,7 +116,7 @@ class Restorer:
         with self._lock:
             try:
                 for tp, active in wanted.items():
-                    replica: _Replica | None = self._replicas.get(tp) or self._closing.pop(tp, None)
+                    replica: Replica | None = self._replicas.get(tp) or self._closing.pop(tp, None)
                     if replica is None:
                         table = self._table_for_topic(tp[0])
                         if table is None:
@@ -302,7 +129,7 @@ class Restorer:
                             continue
                         store = self.registry.open(table, tp[1])
                         opened.append((tp, table))
-                        replica = _Replica(tp, table, store)
+                        replica = Replica(tp, table, store)
                         replica.set_role(active)
                     elif replica.is_active != active:
                         replica.set_role(active)
@@ -338,15 +165,9 @@ class Restorer:
     # -- restorer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        conf: dict[str, str | int | float | bool] = {
-            "bootstrap.servers": self.bootstrap,
-            "group.id": f"sparkiq-restore-{uuid.uuid4()}",  # required by librdkafka, never joined
-        }
-        conf.update(_CONSUMER_CONF)
-        conf.update(self._kafka_config)
-        consumer = Consumer(conf)
-        ends = _EndProbe(self.bootstrap)
-        fetching: set[TopicPartition] = set()
+        consumer = new_consumer(self.bootstrap, self._kafka_config)
+        fetching = Fetching(consumer)
+        ends = EndProbe(self.bootstrap)
         next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
         disk_job: Future[None] | None = None
         try:
@@ -354,13 +175,13 @@ class Restorer:
                 try:
                     if self._dirty.is_set():
                         self._dirty.clear()
-                        self._reconcile(consumer, ends, fetching)
+                        self._reconcile(fetching, ends)
                     if not fetching:
                         self._dirty.wait(_POLL_TIMEOUT_S)
                     else:
                         messages = consumer.consume(BATCH_SIZE, _POLL_TIMEOUT_S)
                         if messages:
-                            self._apply(consumer, messages)
+                            self._apply(fetching, messages)
                     now = time.monotonic()
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
@@ -370,6 +191,7 @@ class Restorer:
                         disk_job = ends.submit(self._refresh_disk_lags)
                 except Exception:
                     log.exception("restorer turn failed; retrying")
+                    self._dirty.set()  # fetch any partition left out of step again
                     self._stopping.wait(_RETRY_AFTER_FAILURE_S)
         finally:
             with contextlib.suppress(Exception):
@@ -383,18 +205,18 @@ class Restorer:
                     self.registry.close(replica.table.name, replica.tp[1])
                 self._publish()
 
-    def _reconcile(
-        self, consumer: Consumer, ends: _EndProbe, fetching: set[TopicPartition]
-    ) -> None:
+    def _reconcile(self, fetching: Fetching, ends: EndProbe) -> None:
         """Bring the consumer in line with the wanted partitions; measure restore targets."""
         with self._lock:
             wanted = dict(self._replicas)
             closing, self._closing = self._closing, {}
-        gone = [tp for tp in fetching if tp not in wanted]
-        if gone:
-            consumer.incremental_unassign([CTopicPartition(t, p) for t, p in gone])
-            fetching.difference_update(gone)
-        added = [tp for tp in wanted if tp not in fetching]
+        # Positions move on this thread only, so they are read here without the lock.
+        out_of_step = [
+            tp for tp, at in fetching.cursors.items() if tp in wanted and at != wanted[tp].position
+        ]
+        self.refetches += len(out_of_step)
+        fetching.stop([tp for tp in fetching.cursors if tp not in wanted] + out_of_step)
+        added = [tp for tp in wanted if tp not in fetching.cursors]
         with self._lock:
             # Under the lock: an assign() racing with this must not reopen a store that is
             # being closed (the registry would hand it the same, soon closed, instance).
@@ -408,27 +230,9 @@ class Restorer:
                 # Reported at once, not only at the next on-disk scan, so a rejoin that
                 # follows this unassignment already offers the store.
                 self._disk_lags = {**self._disk_lags, **left}
-            for replica, epoch, end in self._measured:
-                if (
-                    self._replicas.get(replica.tp) is replica
-                    and replica.role_epoch == epoch
-                    and replica.state is ReplicaState.RESTORING
-                ):
-                    if end < replica.position:
-                        log.warning(
-                            "the store of %s[%d] is at offset %d, past the changelog end %d: "
-                            "was the topic deleted and created again? Delete %s to restore it "
-                            "from scratch",
-                            replica.tp[0],
-                            replica.tp[1],
-                            replica.position,
-                            end,
-                            replica.store.path,
-                        )
-                    replica.target = end
-                    replica.end = max(replica.end, end)
-                    replica.check_caught_up()
-            self._measured.clear()
+            self._take_measured_ends()
+            for replica in self._replicas.values():
+                replica.check_caught_up()  # again after a failed flush, say
             to_measure = [
                 (r, r.role_epoch)
                 for r in self._replicas.values()
@@ -438,23 +242,42 @@ class Restorer:
             ]
             for r, epoch in to_measure:
                 r.measuring = epoch
-            starts = [
-                CTopicPartition(t, p, self._replicas[(t, p)].store.next_offset or OFFSET_BEGINNING)
-                for t, p in added
-                if (t, p) in self._replicas
-            ]
+            checkpoints = {
+                tp: self._replicas[tp].store.next_offset for tp in added if tp in self._replicas
+            }
             self._publish()
-        if starts:
-            consumer.incremental_assign(starts)
-            fetching.update((tp.topic, tp.partition) for tp in starts)
+        fetching.start(checkpoints)
         if to_measure:
             tps = [r.tp for r, _ in to_measure]
             job = ends.submit(lambda probe: true_end_offsets(self.bootstrap, tps, consumer=probe))
             job.add_done_callback(lambda done: self._measured_ends(done, to_measure))
         self._notify()
 
+    def _take_measured_ends(self) -> None:
+        """Set the restore targets measured since the last turn (caller holds the lock)."""
+        for replica, epoch, end in self._measured:
+            if (
+                self._replicas.get(replica.tp) is replica
+                and replica.role_epoch == epoch
+                and replica.state is ReplicaState.RESTORING
+            ):
+                if end < replica.position:
+                    log.warning(
+                        "the store of %s[%d] is at offset %d, past the changelog end %d: "
+                        "was the topic deleted and created again? Delete %s to restore it "
+                        "from scratch",
+                        replica.tp[0],
+                        replica.tp[1],
+                        replica.position,
+                        end,
+                        replica.store.path,
+                    )
+                replica.target = end
+                replica.end = max(replica.end, end)
+        self._measured.clear()
+
     def _measured_ends(
-        self, job: Future[dict[TopicPartition, int]], asked: list[tuple[_Replica, int]]
+        self, job: Future[dict[TopicPartition, int]], asked: list[tuple[Replica, int]]
     ) -> None:
         """Hand measured end offsets to the restorer thread (runs on the probe's thread)."""
         try:
@@ -475,100 +298,56 @@ class Restorer:
                 )
         self._dirty.set()
 
-    def _apply(self, consumer: Consumer, messages: Sequence[Message]) -> None:
+    def _apply(self, fetching: Fetching, messages: Sequence[Message]) -> None:
         """Apply one consumed batch: one store write per partition.
 
-        This loop is the restore ceiling (../shared/BASELINES.md), so it does per record only
-        what it must: read topic, partition, key and value, and put them straight into the
-        partition's write batch. Messages come in runs per partition, so the partition's
-        batch is looked up only when the run changes, and an offset is read only at a run's
-        last record.
+        A partition's records are written only if the consumer returned them right after
+        the store's position and for the replica still assigned; otherwise none are, and
+        the next turn fetches the partition again from its checkpoint.
         """
         with self._lock:
             replicas = dict(self._replicas)
-        runs: dict[TopicPartition, _Run] = {}
-        eofs: dict[TopicPartition, int] = {}
-        run: _Run | None = None
-        put: Callable[[bytes, bytes], None] = _ignore_put
-        delete: Callable[[bytes], None] = _ignore_delete
-        fn: StoreKeyFn | None = None
-        topic: str | None = None
-        partition = -1
-        prev: Any = None
-        # Typed as Any: a consumed message always carries topic, partition and offset, and
-        # this loop runs per record, so it does no Optional checks.
-        batch: Sequence[Any] = messages
-        for msg in batch:
-            p = msg.partition()
-            t = msg.topic()
-            if p != partition or t != topic:
-                if prev is not None and run is not None:
-                    run.last = prev.offset()
-                topic, partition, prev = t, p, None
-                run = runs.get((t, p))
-                if run is None:
-                    run = runs[(t, p)] = _Run(replicas.get((t, p)))
-                put, delete, fn = run.batch.put, run.batch.delete, run.key_fn
-            key = msg.key()
-            if key is None:
-                # Rare: an error event (end of partition) or a record without a key.
-                err = msg.error()
-                if err is not None:
-                    if err.code() == CKafkaError._PARTITION_EOF:
-                        eofs[(t, p)] = msg.offset()
-                    else:
-                        log.warning("changelog fetch error on %s[%s]: %s", t, p, err)
-                    continue
-                self._skip_record((t, p), msg.offset(), "has no key")
-                prev = msg
-                continue
-            if fn is not None:
-                try:
-                    key = fn(key)
-                except (SparkiqError, ValueError) as exc:
-                    self._skip_record((t, p), msg.offset(), f"has a malformed key ({exc})")
-                    prev = msg
-                    continue
-            value = msg.value()
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
-            prev = msg
-        if prev is not None and run is not None:
-            run.last = prev.offset()
-
-        changed = False
+        runs, eofs = split_batch(messages, replicas, self._skip_record)
+        changed = out_of_step = False
+        failure: StoreError | None = None
         with self._lock:
-            for tp, done in runs.items():
+            for tp in runs.keys() | eofs.keys():
+                run = runs.get(tp)
+                last = run.last if run is not None else None
+                eof = eofs.get(tp)
+                before = fetching.delivered(tp, last, eof)
                 replica = self._replicas.get(tp)
-                # Skipped: a partition unassigned (or replaced) while this batch was in flight.
-                if done.last is None or replica is None or replica is not done.replica:
+                if before is None or replica is None:
+                    continue  # not fetched or not assigned any more: nothing to write
+                if eof is not None:
+                    replica.end = max(replica.end, eof)
+                if before != replica.position or (
+                    run is not None and last is not None and run.replica is not replica
+                ):
+                    out_of_step = True
                     continue
-                count = len(done.batch)
                 try:
-                    replica.store.write(done.batch, done.last + 1)
-                except StoreError:
-                    # Fetch this partition again from its last applied offset.
-                    consumer.seek(CTopicPartition(tp[0], tp[1], replica.position))
-                    raise
-                self.records_applied += count
-                replica.advance(done.last + 1)
-                changed |= replica.check_caught_up()
-            for tp, offset in eofs.items():
-                replica = self._replicas.get(tp)
-                if replica is None:
-                    continue
-                if offset > replica.position:
-                    # Offsets past the last record (compaction, transaction markers): the
-                    # checkpoint moves with them, so the gap is not fetched again.
-                    replica.store.apply((), offset)
-                    replica.advance(offset)
-                replica.end = max(replica.end, offset)
-                changed |= replica.check_caught_up()
+                    if run is not None and last is not None:
+                        count = len(run.batch)
+                        replica.store.write(run.batch, last + 1, wal=replica.wal)
+                        self.records_applied += count
+                        replica.advance(last + 1)
+                    if eof is not None and eof > replica.position:
+                        # Offsets past the last record (compaction, transaction markers): the
+                        # checkpoint moves with them, so the gap is not fetched again.
+                        replica.store.apply((), eof, wal=replica.wal)
+                        replica.advance(eof)
+                    changed |= replica.check_caught_up()
+                except StoreError as exc:
+                    out_of_step = True  # the cursor moved on, the position did not
+                    failure = failure or exc
             self._publish()
+        if out_of_step:
+            self._dirty.set()
         if changed:
             self._notify()
+        if failure is not None:
+            raise failure
 
     def _skip_record(self, tp: TopicPartition, offset: int, why: str) -> None:
         """Count a record that cannot be stored; log the first one of each partition."""

@@ -1,0 +1,118 @@
+"""The restorer's bookkeeping of one assigned partition, and the snapshot it publishes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sparkiq.restore.batches import StoreKeyFn, store_key_fn
+from sparkiq.store import PartitionStore
+from sparkiq.tables import TableDef
+from sparkiq.topology import TopicPartition
+
+
+class ReplicaState(StrEnum):
+    """What a node's copy of a partition is doing."""
+
+    RESTORING = "restoring"  # active role, catching up to the end seen at assignment
+    ACTIVE = "active"  # active role, caught up: serves reads
+    STANDBY = "standby"  # follows the changelog; may answer reads within a lag bound
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """A snapshot of one assigned partition."""
+
+    tp: TopicPartition
+    table: str
+    state: ReplicaState
+    position: int  # next offset to apply
+    end: int  # true end offset last seen
+    lag: int  # end - position, >= 0
+
+
+class Replica:
+    """One assigned partition: its store, role, position and restore target.
+
+    Guarded by the restorer lock. Only the restorer thread writes to the store and moves
+    `position`; `assign()` (any thread) may change the role.
+    """
+
+    __slots__ = (
+        "end",
+        "is_active",
+        "key_fn",
+        "measuring",
+        "position",
+        "role_epoch",
+        "skipped",
+        "state",
+        "store",
+        "table",
+        "target",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, table: TableDef, store: PartitionStore) -> None:
+        self.tp = tp
+        self.table = table
+        self.store = store
+        self.key_fn: StoreKeyFn | None = store_key_fn(table)
+        self.position = store.next_offset or 0
+        self.end = self.position
+        self.target: int | None = None  # true end measured when the active role arrived
+        self.role_epoch = 0  # bumped on every role change; stale end measurements are dropped
+        self.measuring: int | None = None  # role_epoch of the end measurement under way
+        self.is_active = False
+        self.state = ReplicaState.STANDBY
+        self.skipped = 0
+
+    @property
+    def wal(self) -> bool:
+        """Whether writes go through RocksDB's write-ahead log.
+
+        Not while RESTORING: the store is not served yet and a crash loses data and
+        checkpoint together, so the restore resumes from the last flushed checkpoint. The
+        store flushes before the next write that uses the WAL, and `check_caught_up` flushes
+        before declaring the partition ACTIVE.
+        """
+        return self.state is not ReplicaState.RESTORING
+
+    def set_role(self, active: bool) -> None:
+        if active == self.is_active:
+            return
+        self.is_active = active
+        self.state = ReplicaState.RESTORING if active else ReplicaState.STANDBY
+        self.target = None
+        self.role_epoch += 1
+
+    def advance(self, position: int) -> None:
+        """The store now holds the changelog up to *position* (exclusive)."""
+        self.position = position
+        if position > self.end:
+            self.end = position
+
+    def check_caught_up(self) -> bool:
+        """Moves RESTORING -> ACTIVE once the target is reached; True if it did.
+
+        The store is flushed first, so an ACTIVE partition's data is on disk.
+        """
+        if (
+            self.state is ReplicaState.RESTORING
+            and self.target is not None
+            and self.position >= self.target
+        ):
+            self.store.flush()
+            self.state = ReplicaState.ACTIVE
+            return True
+        return False
+
+    def status(self) -> PartitionStatus:
+        return PartitionStatus(
+            tp=self.tp,
+            table=self.table.name,
+            state=self.state,
+            position=self.position,
+            end=self.end,
+            lag=max(self.end - self.position, 0),
+        )
