@@ -135,3 +135,44 @@ def mismatches(answers: dict[str, tuple[int, Any]], oracle: Oracle, limit: int =
         if len(wrong) >= limit:
             break
     return wrong
+
+
+def read_topic(
+    bootstrap: str, topic: str, *, timeout_s: float = 60.0
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Every record of *topic* up to its true end, as (key, value), partition by partition."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from sparkiq.kafka.admin import partition_count
+    from sparkiq.kafka.offsets import true_end_offsets
+
+    n = partition_count(bootstrap, topic)
+    ends = true_end_offsets(bootstrap, [(topic, p) for p in range(n)])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "e2e-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    out: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(n) if ends[(topic, p)] > 0])
+        remaining = {p: end for (_, p), end in ends.items() if end > 0}
+        deadline = time.monotonic() + timeout_s
+        while remaining and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, 0.5):
+                if msg.error() is not None:
+                    continue
+                p, off = msg.partition(), msg.offset()
+                if p in remaining and off is not None and off < remaining[p]:
+                    out.append((msg.key(), msg.value()))
+                    if off + 1 >= remaining[p]:
+                        del remaining[p]
+        assert not remaining, f"could not read {topic} to its end: {remaining}"
+    finally:
+        consumer.close()
+    return out

@@ -172,3 +172,17 @@ def test_a_topic_is_required_and_columns_are_checked() -> None:
     assert parsed.has_partition_column
     assert not parsed.has_key
     assert parsed.kafka_config == (("linger.ms", "1"),)
+
+
+def test_windowed_keys_option_is_checked() -> None:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    kv = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    base = {"bootstrap.servers": "x:1", "topic": "t"}
+    assert SinkOptions.parse({**base, "windowedKeys": "true"}, kv).windowed_keys
+    assert not SinkOptions.parse(base, kv).windowed_keys
+    with pytest.raises(ConfigError, match="true or false"):
+        SinkOptions.parse({**base, "windowedKeys": "yes"}, kv)
+    value_only = StructType([StructField("value", BinaryType())])
+    with pytest.raises(ConfigError, match="needs a key column"):
+        SinkOptions.parse({**base, "windowedKeys": "true"}, value_only)

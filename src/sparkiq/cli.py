@@ -1,4 +1,4 @@
-"""The `sparkiq` command line: demo, serve, table, get, cluster, broker.
+"""The `sparkiq` command line: demo, run, serve, table, get, cluster, broker.
 
 Every option that names a place (bootstrap servers, app id, node URL) also reads an
 environment variable, shown in `--help`.
@@ -25,41 +25,43 @@ _FORMATS = click.Choice([f.value for f in Format])
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _bootstrap_option() -> Callable[[_F], _F]:
+def _env_option(*names: str, envvar: str, help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """An option that also reads environment variable *envvar* (shown in --help)."""
     option: Callable[[_F], _F] = click.option(
-        "--bootstrap-servers",
-        envvar="SPARKIQ_BOOTSTRAP_SERVERS",
-        show_envvar=True,
-        required=True,
-        help="Kafka bootstrap servers, host:port[,host:port].",
+        *names, envvar=envvar, show_envvar=True, help=help, **kwargs
     )
     return option
 
 
+def _bootstrap_option() -> Callable[[_F], _F]:
+    return _env_option(
+        "--bootstrap-servers",
+        envvar="SPARKIQ_BOOTSTRAP_SERVERS",
+        required=True,
+        help="Kafka bootstrap servers, host:port[,host:port].",
+    )
+
+
 def _app_option() -> Callable[[_F], _F]:
-    option: Callable[[_F], _F] = click.option(
+    return _env_option(
         "--app",
         envvar="SPARKIQ_APP",
-        show_envvar=True,
         default=DEFAULT_APP,
         show_default=True,
         help="Application id (consumer group '<app>.serving', catalog topic '<app>.catalog').",
     )
-    return option
 
 
 def _url_option() -> Callable[[_F], _F]:
-    option: Callable[[_F], _F] = click.option(
+    return _env_option(
         "--url",
         "urls",
         envvar="SPARKIQ_URL",
-        show_envvar=True,
         multiple=True,
         default=["http://127.0.0.1:8100"],
         show_default=True,
         help="URL of any serving node (repeatable).",
     )
-    return option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -288,7 +290,13 @@ def cluster(urls: tuple[str, ...], as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--nodes", type=int, default=3, show_default=True, help="Serving nodes to start.")
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Serving nodes to start.",
+)
 @click.option(
     "--duration",
     type=float,
@@ -301,11 +309,131 @@ def cluster(urls: tuple[str, ...], as_json: bool) -> None:
     default=None,
     help="Where node state and logs go (default: a temporary directory).",
 )
-def demo(nodes: int, duration: float | None, base_dir: Path | None) -> None:
-    """Run the demo: dev broker, sample data, serving nodes; print queries that work."""
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0.1),
+    default=50.0,
+    show_default=True,
+    help="Invoices per second after the first batch.",
+)
+@click.option(
+    "--backlog",
+    type=click.IntRange(min=1),
+    default=2_000,
+    show_default=True,
+    help="Invoices written before the pipeline starts.",
+)
+def demo(
+    nodes: int, duration: float | None, base_dir: Path | None, rate: float, backlog: int
+) -> None:
+    """Run the demo: dev broker, invoice generator, Spark pipeline, serving nodes."""
     from sparkiq.demo import run_demo
 
-    _run(lambda: run_demo(nodes=nodes, duration_s=duration, base_dir=base_dir))
+    _run(
+        lambda: run_demo(
+            nodes=nodes, duration_s=duration, base_dir=base_dir, rate_per_s=rate, backlog=backlog
+        )
+    )
+
+
+def _key_value(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        out[name] = value
+    return out
+
+
+@main.command()
+@click.argument("pipeline_file", type=click.Path(dir_okay=False, path_type=Path))
+@_bootstrap_option()
+@_app_option()
+@_env_option(
+    "--master",
+    envvar="SPARKIQ_SPARK_MASTER",
+    default="local[*]",
+    show_default=True,
+    help="Spark master: local[N] or a cluster URL such as spark://host:7077.",
+)
+@_env_option(
+    "--checkpoint-dir",
+    envvar="SPARKIQ_CHECKPOINT_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Root of the queries' checkpoints; a restart resumes from here.",
+)
+@click.option(
+    "--trigger",
+    default="1 second",
+    show_default=True,
+    help="Micro-batch interval of every query ('0 seconds': back to back).",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cap on records read per micro-batch (default: all available).",
+)
+@click.option(
+    "--shuffle-partitions",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="spark.sql.shuffle.partitions for the pipeline's stateful operators.",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    callback=_key_value,
+    help="NAME=VALUE handed to the pipeline as ctx.params (repeatable).",
+)
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    callback=_key_value,
+    help="Spark setting NAME=VALUE (repeatable).",
+)
+@click.option(
+    "--status-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write every query's progress as JSON here.",
+)
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Seconds between progress lines.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Stop after this many seconds (default: until Ctrl-C).",
+)
+def run(pipeline_file: Path, **options: Any) -> None:
+    """Run the PySpark pipeline PIPELINE_FILE (it defines pipeline(ctx))."""
+    import logging
+
+    from sparkiq.spark.runner import RunSettings, run_pipeline
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    trigger = options.pop("trigger")
+    settings = RunSettings(
+        trigger_interval=None if trigger.strip() in ("", "0", "0 seconds") else trigger,
+        progress_interval_s=options.pop("progress_interval"),
+        duration_s=options.pop("duration"),
+        **options,
+    )
+    _run(lambda: run_pipeline(pipeline_file, settings))
 
 
 def _run(fn: Any) -> None:

@@ -1,86 +1,46 @@
-"""`sparkiq demo`: the dev broker, sample data registered as tables, and serving nodes.
+"""`sparkiq demo`: the whole product on one machine, from invoices to HTTP answers.
 
-Everything it starts binds to 127.0.0.1 and is stopped by PID when the demo ends (Ctrl-C or
-`--duration`). While it runs it keeps updating the sample data, so answers change.
+It starts the dev broker, a generator writing point-of-sale invoices to `pos`, the Spark
+pipeline of `sparkiq/pos/pipeline.py` (`sparkiq run`, local mode) and serving nodes; shows
+progress while the pipeline starts and catches up with the first invoices; then prints the
+node URLs and example queries that work (curl and `sparkiq get`), and keeps generating
+invoices until Ctrl-C or `--duration`. Everything binds to 127.0.0.1 and is stopped by PID.
 """
 
 from __future__ import annotations
 
-import random
+import itertools
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from urllib.parse import quote
 
 import click
 import httpx
-import orjson
-from confluent_kafka import Producer
 
+import sparkiq.pos.pipeline as pos_pipeline
 from sparkiq.broker import DevBroker
-from sparkiq.catalog import register_table
+from sparkiq.errors import SparkiqError
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.localcluster import LocalCluster
-from sparkiq.tables import Format, TableDef
+from sparkiq.localpipeline import PipelineProcess
+from sparkiq.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 
-CUSTOMERS = "customers"
-CITIES = ["Lisbon", "Porto", "Berlin", "Paris", "Oslo", "Madrid", "Rome", "Vienna"]
-TIERS = ["BASIC", "SILVER", "GOLD", "PRIME"]
+SOURCE = pos_pipeline.DEFAULT_TOPICS["source"]
+SOURCE_PARTITIONS = 3
+TABLES = ("rewards", "latest-invoice", "store-sales")
 
 
 def _step(text: str) -> None:
     click.echo(click.style("==> ", fg="cyan") + text)
-
-
-def customer_record(rng: random.Random, cid: int) -> dict[str, object]:
-    return {
-        "id": f"C{cid:05d}",
-        "name": f"Customer {cid}",
-        "city": rng.choice(CITIES),
-        "tier": rng.choice(TIERS),
-        "balance": round(rng.uniform(0, 5000), 2),
-        "updated_ms": int(time.time() * 1000),
-    }
-
-
-def produce_customers(
-    bootstrap: str,
-    count: int,
-    *,
-    seed: int = 7,
-    progress: Callable[[int], None] | None = None,
-) -> None:
-    """Create the customers topic, write `count` customers and register the table."""
-    create_topic(bootstrap, CUSTOMERS, 6)
-    rng = random.Random(seed)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20}
-    )
-    for cid in range(count):
-        rec = customer_record(rng, cid)
-        producer.produce(CUSTOMERS, key=str(rec["id"]).encode(), value=orjson.dumps(rec))
-        if cid % 1000 == 999:
-            producer.poll(0)
-            if progress is not None:
-                progress(cid + 1)
-    if producer.flush(30) != 0:
-        raise click.ClickException("the dev broker did not take all sample records")
-    register_table(
-        bootstrap,
-        TableDef(
-            name=CUSTOMERS,
-            topic=CUSTOMERS,
-            partitions=6,
-            key_format=Format.STRING,
-            value_format=Format.JSON,
-            description="sample customers, latest record per customer id",
-        ),
-    )
 
 
 @contextmanager
@@ -95,12 +55,58 @@ def _stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class InvoiceFeed:
+    """A thread writing invoices to the source topic: a backlog first, then a steady rate."""
+
+    def __init__(self, bootstrap: str, *, rate_per_s: float, backlog: int, seed: int = 1) -> None:
+        self.bootstrap = bootstrap
+        self.rate_per_s = rate_per_s
+        self.backlog = backlog
+        self.generator = InvoiceGenerator(seed)
+        self.written = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="invoice-feed", daemon=True)
+
+    def start(self) -> InvoiceFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _count(self, n: int) -> None:
+        self.written += 1
+
+    def _run(self) -> None:
+        try:
+            step_ms = 50
+            start_ms = int(time.time() * 1000) - self.backlog * step_ms
+            backlog = self.generator.invoices(self.backlog, start_ms=start_ms, step_ms=step_ms)
+            produce_invoices(self.bootstrap, SOURCE, backlog, on_record=self._count)
+            live: Iterator[Invoice] = (
+                self.generator.invoice(int(time.time() * 1000)) for _ in itertools.count()
+            )
+            produce_invoices(
+                self.bootstrap,
+                SOURCE,
+                live,
+                rate_per_s=self.rate_per_s,
+                on_record=self._count,
+                stop=self._stop.is_set,
+            )
+        except BaseException as exc:  # reported by the demo's main loop
+            self.error = exc
+
+
 def run_demo(
     *,
     nodes: int = 3,
     duration_s: float | None = None,
     base_dir: Path | None = None,
-    customers: int = 5_000,
+    rate_per_s: float = 50.0,
+    backlog: int = 2_000,
 ) -> None:
     own_dir = base_dir is None
     work = Path(tempfile.mkdtemp(prefix="sparkiq-demo-")) if base_dir is None else base_dir
@@ -108,77 +114,166 @@ def run_demo(
     started = time.monotonic()
     with _stop_on_sigterm(), DevBroker(log_path=work / "broker.log") as broker:
         bootstrap = broker.bootstrap_servers
-        _step(f"dev broker on {bootstrap} (pid {broker.pid})")
-        _step(f"writing {customers} sample customers to topic '{CUSTOMERS}' (6 partitions)")
-        produce_customers(
-            bootstrap,
-            customers,
-            progress=lambda n: click.echo(f"\r    {n}/{customers} records", nl=False),
+        _step(f"dev broker on {bootstrap} (pid {broker.pid}); logs and state in {work}")
+        create_topic(bootstrap, SOURCE, SOURCE_PARTITIONS)
+        feed = InvoiceFeed(bootstrap, rate_per_s=rate_per_s, backlog=backlog)
+        pipeline = PipelineProcess(
+            pipeline_file=Path(pos_pipeline.__file__),
+            bootstrap_servers=bootstrap,
+            checkpoint_dir=work / "checkpoints",
+            log_path=work / "pipeline.log",
+            extra_args=["--trigger", "0 seconds"],
         )
-        click.echo()
-        _step(f"starting {nodes} serving nodes (state and logs in {work})")
-        cluster = LocalCluster(bootstrap, work, nodes=nodes)
+        cluster = LocalCluster(bootstrap, work / "nodes", nodes=nodes)
         try:
-            cluster.start()
-            cluster.wait_ready(
-                timeout_s=120,
-                progress=lambda r, n: click.echo(f"\r    {r}/{n} nodes ready", nl=False),
+            _step(
+                f"generator: {backlog} invoices now, then {rate_per_s:g} per second to '{SOURCE}'"
             )
-            click.echo()
-            _step(f"cluster ready in {time.monotonic() - started:.1f}s")
-            _print_examples(cluster, bootstrap)
-            _keep_updating(bootstrap, duration_s, customers)
+            feed.start()
+            _step(f"Spark pipeline: sparkiq run {pipeline.pipeline_file}")
+            pipeline.start()
+            click.echo(f"    pid {pipeline.pid}, log {pipeline.log_path}")
+            _wait_for_queries(pipeline)
+            _step(f"starting {nodes} serving nodes")
+            cluster.start()
+            _wait_until_serving(bootstrap, feed, pipeline, cluster, backlog)
+            _step(f"ready in {time.monotonic() - started:.0f}s")
+            _print_examples(cluster, bootstrap, feed)
+            _run_until_stopped(feed, pipeline, duration_s)
         except KeyboardInterrupt:
             click.echo()
         finally:
-            _step("stopping nodes and the dev broker")
+            _step("stopping the generator, the pipeline, the nodes and the dev broker")
+            feed.stop()
+            pipeline.stop()
             cluster.stop()
     if own_dir:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _print_examples(cluster: LocalCluster, bootstrap: str) -> None:
+def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 300.0) -> None:
+    """Wait for the pipeline's queries to start (the nodes start after: 2 cores are few)."""
+    deadline = time.monotonic() + timeout_s
+    began = time.monotonic()
+    while pipeline.status() is None:
+        if not pipeline.is_running():
+            raise SparkiqError(
+                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
+            )
+        if time.monotonic() > deadline:
+            raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
+        click.echo(
+            f"\r    starting Spark and the queries... {time.monotonic() - began:.0f}s", nl=False
+        )
+        time.sleep(1.0)
+    click.echo()
+
+
+def _processed(pipeline: PipelineProcess) -> int:
+    """Invoices the slowest query of the pipeline has processed."""
+    counts = [sum((offsets or {}).get(SOURCE, {}).values()) for offsets in pipeline.processed()]
+    return min(counts) if counts else 0
+
+
+def _tables_ready(url: str) -> bool:
+    try:
+        names = {t["name"] for t in httpx.get(f"{url}/v1/tables", timeout=2).json()["tables"]}
+        ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return ready and set(TABLES) <= names
+
+
+def _wait_until_serving(
+    bootstrap: str,
+    feed: InvoiceFeed,
+    pipeline: PipelineProcess,
+    cluster: LocalCluster,
+    backlog: int,
+    timeout_s: float = 900.0,
+) -> None:
+    """Progress lines until the pipeline has processed the backlog and the nodes serve it."""
+    deadline = time.monotonic() + timeout_s
+    tps = [(SOURCE, p) for p in range(SOURCE_PARTITIONS)]
+    while True:
+        if feed.error is not None:
+            raise SparkiqError(f"the invoice generator failed: {feed.error}")
+        if not pipeline.is_running():
+            raise SparkiqError(
+                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
+            )
+        status = pipeline.status()
+        queries = len(status["queries"]) if status else 0
+        processed = _processed(pipeline)
+        in_topic = sum(true_end_offsets(bootstrap, tps).values())
+        ready = sum(1 for node in cluster.nodes if node.is_ready())
+        click.echo(
+            f"\r    generated {feed.written:>6}  pipeline: {queries} queries, processed "
+            f"{processed:>6}/{in_topic:<6} nodes ready {ready}/{len(cluster.nodes)}   ",
+            nl=False,
+        )
+        if processed >= backlog and ready == len(cluster.nodes) and _tables_ready(cluster.urls[0]):
+            click.echo()
+            return
+        if time.monotonic() > deadline:
+            click.echo()
+            raise SparkiqError(
+                f"the demo did not come up within {timeout_s:.0f}s; see {pipeline.log_path}"
+            )
+        time.sleep(1.0)
+
+
+def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) -> None:
     urls = cluster.urls
-    key = "C00042"
-    click.echo("\nnodes:")
+    gen = feed.generator
+    prime = next(c.card_no for c in gen.customers if c.kind == "PRIME")
+    customer = gen.customers[0].card_no
+    store = gen.stores[0]
+    click.echo("\nnodes (any node answers any key):")
     for url in urls:
         click.echo(f"    {url}")
     examples = [
+        f"{urls[0]}/v1/tables/rewards/keys/{prime}",
+        f"{urls[-1]}/v1/tables/latest-invoice/keys/{customer}",
+        f"{urls[1 % len(urls)]}/v1/tables/store-sales/keys/{quote(store)}/windows",
+        f"{urls[0]}/v1/tables/rewards/keys/{prime}/owner",
+        f"{urls[0]}/v1/tables/rewards/range?limit=5",
         f"{urls[0]}/v1/tables",
-        f"{urls[0]}/v1/tables/{CUSTOMERS}/keys/{key}",
-        f"{urls[-1]}/v1/tables/{CUSTOMERS}/keys/{key}",
-        f"{urls[0]}/v1/tables/{CUSTOMERS}/keys/{key}/owner",
-        f"{urls[0]}/v1/tables/{CUSTOMERS}/range?prefix=C0001&limit=3",
         f"{urls[0]}/v1/metadata",
     ]
-    click.echo("\ntry (any node answers any key):")
+    click.echo("\ntry:")
     for ex in examples:
         click.echo(f"    curl -s '{ex}'")
     click.echo(
-        f"    curl -s -X POST {urls[1]}/v1/tables/{CUSTOMERS}/multi-get "
-        '-d \'{"keys": ["C00001", "C00002", "nope"]}\''
+        f"    curl -s -X POST {urls[1 % len(urls)]}/v1/tables/rewards/multi-get "
+        f'-d \'{{"keys": ["{prime}", "{customer}"]}}\''
     )
-    click.echo(f"    sparkiq get {CUSTOMERS} {key} --url {urls[1]}")
-    click.echo(f"    sparkiq cluster --url {urls[0]}")
-    click.echo(f"    export SPARKIQ_BOOTSTRAP_SERVERS={bootstrap}")
+    click.echo(f"    .venv/bin/sparkiq get rewards {prime} --url {urls[-1]}")
+    click.echo(f"    .venv/bin/sparkiq cluster --url {urls[0]}")
+    click.echo(f"    topics: pos, shipments, loyalty, hadoop-sink, pos-dead-letter on {bootstrap}")
     click.echo("\nfor example:")
-    for ex in examples[1:3]:
+    for ex in examples[:3]:
         body = httpx.get(ex, timeout=10).text
+        if len(body) > 300:
+            body = body[:300] + "..."
         click.echo(f"    GET {ex}\n      -> {body}")
-    click.echo("\nthe demo keeps updating customers; Ctrl-C stops it.")
+    click.echo("\nnew invoices keep arriving, so answers change; Ctrl-C stops everything.")
     sys.stdout.flush()
 
 
-def _keep_updating(bootstrap: str, duration_s: float | None, customers: int) -> None:
-    rng = random.Random()
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+def _run_until_stopped(
+    feed: InvoiceFeed, pipeline: PipelineProcess, duration_s: float | None
+) -> None:
     deadline = None if duration_s is None else time.monotonic() + duration_s
-    try:
-        while deadline is None or time.monotonic() < deadline:
-            for _ in range(20):
-                rec = customer_record(rng, rng.randrange(customers))
-                producer.produce(CUSTOMERS, key=str(rec["id"]).encode(), value=orjson.dumps(rec))
-            producer.poll(0)
-            time.sleep(0.5)
-    finally:
-        producer.flush(10)
+    last_report = time.monotonic()
+    while deadline is None or time.monotonic() < deadline:
+        if feed.error is not None:
+            raise SparkiqError(f"the invoice generator failed: {feed.error}")
+        if not pipeline.is_running():
+            raise SparkiqError(
+                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
+            )
+        if time.monotonic() - last_report >= 30:
+            last_report = time.monotonic()
+            click.echo(f"    {feed.written} invoices generated, {_processed(pipeline)} processed")
+        time.sleep(0.5)

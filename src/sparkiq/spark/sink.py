@@ -5,7 +5,10 @@ Input columns: `key` (binary or string, optional: a null key is spread by the pa
 option), optional `partition` (an explicit partition wins over the partitioner: windowed
 changelogs pick the partition from the key part alone), optional `headers`
 (array<struct<key string, value binary>>). Records without an explicit partition go where
-Kafka's Java client would put them: librdkafka's `murmur2_random` partitioner.
+Kafka's Java client would put them: librdkafka's `murmur2_random` partitioner. With the
+option `windowedKeys=true` the last 8 bytes of every key are a window start and records are
+partitioned by the bytes before them (murmur2 of the key part), so all windows of one key
+land in the partition a lookup of that key goes to.
 
 Delivery is at least once: a task flushes its producer and returns its commit message only
 when every record is acknowledged, and raises if any delivery failed, so Spark retries the
@@ -41,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from sparkiq.errors import ConfigError, KafkaError
+from sparkiq.partitioner import partition_for
 
 FORMAT_NAME = "sparkiq-kafka"
 
@@ -66,6 +70,7 @@ class SinkOptions:
     has_topic_column: bool
     has_partition_column: bool
     has_headers: bool
+    windowed_keys: bool = False
     flush_timeout_s: float = 120.0
     kafka_config: tuple[tuple[str, str], ...] = field(default=())
 
@@ -94,6 +99,11 @@ class SinkOptions:
                 f"writing to {FORMAT_NAME} needs a topic: add a string column 'topic' or "
                 "set .option('topic', 'name')"
             )
+        windowed = opts.get("windowedkeys", "false").strip().lower()
+        if windowed not in ("true", "false"):
+            raise ConfigError(f"windowedKeys must be true or false, got {windowed!r}")
+        if windowed == "true" and "key" not in columns:
+            raise ConfigError("windowedKeys=true needs a key column (key bytes + 8-byte start)")
         try:
             flush_timeout_s = float(opts.get("flushtimeoutms", "120000")) / 1000.0
         except ValueError as exc:
@@ -112,6 +122,7 @@ class SinkOptions:
             has_topic_column="topic" in columns,
             has_partition_column="partition" in columns,
             has_headers=headers is not None,
+            windowed_keys=windowed == "true",
             flush_timeout_s=flush_timeout_s,
             kafka_config=kafka_config,
         )
@@ -260,7 +271,7 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> 
         n = batch.num_rows
         if n == 0:
             continue
-        keys = _bytes_column(batch, "key") if options.has_key else [None] * n
+        keys: list[bytes | None] = _bytes_column(batch, "key") if options.has_key else [None] * n
         values = _bytes_column(batch, "value")
         topics: list[str | None] = (
             batch.column("topic").to_pylist() if options.has_topic_column else [None] * n
@@ -269,6 +280,8 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> 
             batch.column("partition").to_pylist() if options.has_partition_column else [None] * n
         )
         headers = _headers_column(batch) if options.has_headers else [None] * n
+        if options.windowed_keys:
+            partitions = _window_partitions(producer, options, topics, keys, partitions)
         for i in range(n):
             topic = topics[i] or options.topic
             if topic is None:
@@ -298,6 +311,51 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> 
             "retries it — check the topic exists and the broker is healthy"
         )
     return count
+
+
+_PARTITION_COUNTS: dict[tuple[str, str], int] = {}
+
+
+def _partition_count(producer: Producer, options: SinkOptions, topic: str) -> int:
+    cache_key = (options.bootstrap_servers, topic)
+    count = _PARTITION_COUNTS.get(cache_key)
+    if count is None:
+        try:
+            md = producer.list_topics(topic=topic, timeout=30)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the partition count of topic {topic!r}: {exc}") from exc
+        info = md.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise KafkaError(
+                f"topic {topic!r} does not exist on {options.bootstrap_servers}; a windowed "
+                "changelog topic must be created before it is written"
+            )
+        count = len(info.partitions)
+        _PARTITION_COUNTS[cache_key] = count
+    return count
+
+
+def _window_partitions(
+    producer: Producer,
+    options: SinkOptions,
+    topics: list[str | None],
+    keys: list[bytes | None],
+    explicit: list[int | None],
+) -> list[int | None]:
+    """The partition of each windowed record: murmur2 of its key without the 8-byte start."""
+    out: list[int | None] = []
+    for topic, key, partition in zip(topics, keys, explicit, strict=True):
+        if partition is not None:
+            out.append(partition)
+            continue
+        if key is None or len(key) < 8:
+            raise ConfigError(
+                "with windowedKeys=true every key must be the key bytes followed by an 8-byte "
+                f"window start; got {key!r}"
+            )
+        n = _partition_count(producer, options, topic or options.topic or "")
+        out.append(partition_for(key[:-8], n))
+    return out
 
 
 def _produce(

@@ -1,0 +1,359 @@
+"""Turns a streaming DataFrame into a queryable table: `materialize(df, table=..., key=...)`.
+
+A table's changelog is a keyed topic of full values (not deltas): each row the query emits
+becomes the record ``key -> value`` and a null value a tombstone that deletes the key. With
+output mode ``update`` an aggregation emits only the keys it changed in a micro-batch, each
+with its whole new value, which is exactly a changelog. `materialize` creates the changelog
+topic (compacted), registers the table in the catalog so every serving node starts serving
+it, and starts the streaming query that writes it through the `sparkiq-kafka` sink.
+
+Keys are encoded as the serving tier reads them (`sparkiq.serde`): strings as UTF-8, longs
+and ints big-endian, JSON keys as their text. A windowed table's record key is the key
+bytes followed by the window start as an 8-byte big-endian millisecond count, and the
+record is partitioned by the key bytes alone (the sink's ``windowedKeys`` option), so all
+windows of one key live in the partition a lookup of that key goes to.
+
+`changelog` gives the same ``key``/``value`` columns without starting a query, for a query
+that writes a table and other topics at once (add a ``topic`` column and union them).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkiq.catalog import DEFAULT_APP, register_table
+from sparkiq.errors import ConfigError
+from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.sink import SinkOptions, produce_batches
+from sparkiq.tables import Format, TableDef, TableKind
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = [
+    "MaterializeTarget",
+    "changelog",
+    "changelog_columns",
+    "define_table",
+    "materialize",
+    "parse_duration_ms",
+    "prepare_table",
+    "start_kafka_write",
+]
+
+# Changelog topics keep the latest record per key; tombstones are kept a day so a node
+# restoring from scratch still sees recent deletes.
+CHANGELOG_TOPIC_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
+
+_UNIT_MS = {
+    "ms": 1,
+    "millisecond": 1,
+    "s": 1000,
+    "second": 1000,
+    "m": 60_000,
+    "minute": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
+
+
+def parse_duration_ms(text: str | int) -> int:
+    """Milliseconds in a duration such as ``"1 minute"``, ``"30 seconds"`` or ``"500ms"``."""
+    if isinstance(text, int):
+        if text <= 0:
+            raise ConfigError(f"a duration must be positive, got {text} ms")
+        return text
+    match = _DURATION.match(text.lower())
+    unit = match.group(2) if match else ""
+    if unit not in _UNIT_MS and unit.endswith("s"):
+        unit = unit[:-1]  # "minutes", "seconds"
+    if match is None or unit not in _UNIT_MS:
+        raise ConfigError(
+            f"cannot read the duration {text!r}: write a whole number and a unit, e.g. "
+            "'1 minute', '30 seconds', '500 ms'"
+        )
+    ms = int(match.group(1)) * _UNIT_MS[unit]
+    if ms <= 0:
+        raise ConfigError(f"a duration must be positive, got {text!r}")
+    return ms
+
+
+@dataclass(frozen=True)
+class MaterializeTarget:
+    """Where a table's changelog goes: the broker, the catalog (app) and the definition."""
+
+    bootstrap_servers: str
+    table: TableDef
+    app: str = DEFAULT_APP
+
+
+def prepare_table(target: MaterializeTarget, *, timeout_s: float = 30.0) -> None:
+    """Create the changelog topic if it is missing and (re-)register the table."""
+    table = target.table
+    create_topic(
+        target.bootstrap_servers,
+        table.topic,
+        table.partitions,
+        config=CHANGELOG_TOPIC_CONFIG,
+        exist_ok=True,
+        timeout_s=timeout_s,
+    )
+    register_table(target.bootstrap_servers, table, app=target.app, timeout_s=timeout_s)
+
+
+def _col(c: str | Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col(c) if isinstance(c, str) else c
+
+
+def _big_endian(number: Column, width: int) -> Column:
+    """*number* as *width* big-endian two's-complement bytes (Kafka's Long/IntegerSerializer)."""
+    from pyspark.sql import functions as F
+
+    as_long = number.cast("long")
+    if width == 4:
+        as_long = as_long.bitwiseAND(F.lit(0xFFFFFFFF))
+    # hex() of a long is its two's complement in 16 hex digits; pad short positives.
+    return F.unhex(F.lpad(F.hex(as_long), width * 2, "0"))
+
+
+def _key_bytes(key: Column, key_format: Format) -> Column:
+    if key_format in (Format.STRING, Format.JSON):
+        return key.cast("string").cast("binary")
+    if key_format is Format.LONG:
+        return _big_endian(key, 8)
+    if key_format is Format.INT:
+        return _big_endian(key, 4)
+    if key_format is Format.BYTES:
+        return key.cast("binary")
+    raise ConfigError(
+        f"materialize writes string, json, long, int or bytes keys, not {key_format.value}; "
+        "encode the key yourself and use format 'bytes'"
+    )
+
+
+def _value_bytes(
+    df: DataFrame, value: str | Column | None, exclude: set[str], fmt: Format
+) -> Column:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType, StructType
+
+    if value is None:
+        if fmt is not Format.JSON:
+            raise ConfigError("without a value column the value is JSON of the other columns")
+        rest = [c for c in df.columns if c not in exclude]
+        if not rest:
+            raise ConfigError("there is no column left to be the value; pass value=...")
+        return F.to_json(F.struct(*[F.col(c) for c in rest])).cast("binary")
+    column = _col(value)
+    dtype = df.select(column).schema.fields[0].dataType
+    if fmt is Format.JSON:
+        if isinstance(dtype, (StringType, BinaryType)):
+            return column.cast("binary")  # already JSON text
+        if isinstance(dtype, StructType):
+            return F.to_json(column).cast("binary")
+        # A scalar: JSON-encode it inside an array, then take the element's text.
+        return F.regexp_extract(F.to_json(F.array(column)), r"^\[(.*)\]$", 1).cast("binary")
+    if fmt is Format.STRING:
+        return column.cast("string").cast("binary")
+    if fmt is Format.LONG:
+        return _big_endian(column, 8)
+    if fmt is Format.INT:
+        return _big_endian(column, 4)
+    if fmt is Format.BYTES:
+        return column.cast("binary")
+    raise ConfigError(f"materialize writes json, string, long, int or bytes values, not {fmt}")
+
+
+def changelog_columns(
+    df: DataFrame,
+    table: TableDef,
+    *,
+    key: str | Column,
+    value: str | Column | None = None,
+    window: str | Column | None = None,
+    deleted: Column | None = None,
+) -> tuple[Column, Column]:
+    """The binary ``key`` and ``value`` columns of *table*'s changelog records for *df*.
+
+    *value* is a column (JSON text, a struct rendered as JSON, or a scalar for the other
+    formats); by default every column but the key and window becomes a JSON object. A null
+    value, or a row where *deleted* is true, is a tombstone. *window* names the window
+    struct (``start``/``end``) of a windowed table.
+    """
+    from pyspark.sql import functions as F
+
+    if table.is_windowed and window is None:
+        raise ConfigError(f"table {table.name!r} is windowed: pass window=<window column>")
+    if window is not None and not table.is_windowed:
+        raise ConfigError(f"table {table.name!r} is not windowed but a window was given")
+    exclude = {key} if isinstance(key, str) else set()
+    if isinstance(window, str):
+        exclude.add(window)
+    key_bin = _key_bytes(_col(key), table.key_format)
+    if window is not None:
+        start_ms = F.unix_millis(_col(window).getField("start"))
+        key_bin = F.concat(key_bin, _big_endian(start_ms, 8))
+    value_bin = _value_bytes(df, value, exclude, table.value_format)
+    if deleted is not None:
+        value_bin = F.when(deleted, F.lit(None).cast("binary")).otherwise(value_bin)
+    return key_bin.alias("key"), value_bin.alias("value")
+
+
+def changelog(
+    df: DataFrame,
+    table: TableDef,
+    *,
+    key: str | Column,
+    value: str | Column | None = None,
+    window: str | Column | None = None,
+    deleted: Column | None = None,
+) -> DataFrame:
+    """*df*'s rows as changelog records of *table*: columns ``key`` and ``value`` (binary).
+
+    Rows with a null key are dropped (a changelog record needs a key). See
+    `changelog_columns` for *value*, *window* and *deleted*.
+    """
+    from pyspark.sql import functions as F
+
+    key_col, value_col = changelog_columns(
+        df, table, key=key, value=value, window=window, deleted=deleted
+    )
+    return df.select(key_col, value_col).where(F.col("key").isNotNull())
+
+
+def define_table(
+    table: str,
+    *,
+    topic: str | None = None,
+    partitions: int = 6,
+    key_format: str = "string",
+    value_format: str = "json",
+    window_size: str | int | None = None,
+    app: str = DEFAULT_APP,
+    description: str = "",
+) -> TableDef:
+    """The definition of a table a pipeline writes (changelog topic ``<app>.table.<name>``)."""
+    try:
+        kf, vf = Format(key_format), Format(value_format)
+    except ValueError as exc:
+        raise ConfigError(f"unknown format: {exc}") from exc
+    window_ms = parse_duration_ms(window_size) if window_size is not None else None
+    return TableDef(
+        name=table,
+        topic=topic or f"{app}.table.{table}",
+        partitions=partitions,
+        key_format=kf,
+        value_format=vf,
+        kind=TableKind.WINDOWED if window_ms else TableKind.KV,
+        window_size_ms=window_ms,
+        description=description,
+    )
+
+
+def materialize(
+    df: DataFrame,
+    *,
+    table: str,
+    key: str | Column,
+    bootstrap_servers: str,
+    checkpoint_location: str,
+    value: str | Column | None = None,
+    window: str | Column | None = None,
+    window_size: str | int | None = None,
+    deleted: Column | None = None,
+    topic: str | None = None,
+    partitions: int = 6,
+    key_format: str = "string",
+    value_format: str = "json",
+    app: str = DEFAULT_APP,
+    output_mode: str = "update",
+    trigger_interval: str | None = "1 second",
+    description: str = "",
+) -> StreamingQuery:
+    """Write *df*'s updates as the changelog of table *table* and make it queryable.
+
+    The changelog topic (default ``<app>.table.<table>``) is created with *partitions*
+    partitions if it is missing, the table is registered in the catalog of *app*, and the
+    returned query (named after the table) writes every update. Pass *window* (the window
+    column of a ``groupBy(..., F.window(...))``) and *window_size* for a windowed table.
+    """
+    definition = define_table(
+        table,
+        topic=topic,
+        partitions=partitions,
+        key_format=key_format,
+        value_format=value_format,
+        window_size=window_size,
+        app=app,
+        description=description,
+    )
+    if (window is not None) != definition.is_windowed:
+        raise ConfigError("a windowed table needs both window=<column> and window_size=...")
+    records = changelog(df, definition, key=key, value=value, window=window, deleted=deleted)
+    prepare_table(MaterializeTarget(bootstrap_servers, definition, app))
+    return start_kafka_write(
+        records,
+        name=f"table {table}",
+        kafka_options={
+            "bootstrap.servers": bootstrap_servers,
+            "topic": definition.topic,
+            "windowedKeys": "true" if definition.is_windowed else "false",
+        },
+        checkpoint_location=checkpoint_location,
+        output_mode=output_mode,
+        trigger_interval=trigger_interval,
+    )
+
+
+def start_kafka_write(
+    df: DataFrame,
+    *,
+    name: str,
+    kafka_options: dict[str, str],
+    checkpoint_location: str,
+    output_mode: str = "append",
+    trigger_interval: str | None = None,
+) -> StreamingQuery:
+    """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka.
+
+    Each micro-batch is produced by the executors' Python workers (``mapInArrow`` over the
+    batch, the `sparkiq-kafka` sink's own producing code) from ``foreachBatch``: every
+    record is acknowledged before the batch ends, so Spark commits the batch only after
+    Kafka has it, and a failed batch is written again on restart (at least once). This
+    path serves any output mode, and it starts no Python process per micro-batch: Spark
+    runs the commit of a Python data source sink in a fresh Python process each time, which
+    costs seconds per batch on a busy machine.
+    """
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    options = SinkOptions.parse(kafka_options, df.schema)
+    counted = StructType([StructField("records", LongType(), False)])
+
+    def write_batch(batch: DataFrame, _batch_id: int) -> None:
+        batch.mapInArrow(functools.partial(produce_partition, options), counted).collect()
+
+    writer = df.writeStream.option("checkpointLocation", checkpoint_location)
+    writer = writer.outputMode(output_mode).queryName(name).foreachBatch(write_batch)
+    if trigger_interval:
+        writer = writer.trigger(processingTime=trigger_interval)
+    return writer.start()
+
+
+def produce_partition(
+    options: SinkOptions, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Produce one partition of a micro-batch; yield how many records Kafka acknowledged."""
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"records": [produce_batches(options, batches)]})

@@ -1,0 +1,177 @@
+"""What a pipeline file sees: `PipelineContext`, and how `sparkiq run` loads the file.
+
+A pipeline file is ordinary PySpark with one entry point::
+
+    def pipeline(ctx: PipelineContext) -> None:
+        orders = ctx.read("orders")                       # a streaming DataFrame
+        ...
+        ctx.write(branch, name="big-orders", topic="big-orders")
+        ctx.materialize(latest, table="latest-order", key="customer")
+
+`sparkiq run FILE` builds the SparkSession (any master), calls ``pipeline(ctx)`` and keeps the
+queries it started running. The context fills in what every query needs and a user should
+not repeat: the broker, a checkpoint directory per query under one root (so a restarted
+pipeline resumes each query where it stopped), the trigger interval and the catalog.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkiq.catalog import DEFAULT_APP
+from sparkiq.errors import ConfigError
+from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.materialize import (
+    MaterializeTarget,
+    materialize,
+    prepare_table,
+    start_kafka_write,
+)
+from sparkiq.tables import TableDef
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+PipelineFn = Callable[["PipelineContext"], None]
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class PipelineContext:
+    """The SparkSession and the settings a pipeline's queries share."""
+
+    spark: SparkSession
+    bootstrap_servers: str
+    checkpoint_dir: Path
+    app: str = DEFAULT_APP
+    trigger_interval: str | None = "1 second"
+    max_offsets_per_trigger: int | None = None
+    # Free-form settings for the pipeline itself (`sparkiq run --param name=value`).
+    params: Mapping[str, str] = field(default_factory=dict)
+    queries: list[StreamingQuery] = field(default_factory=list)
+    # How long a started query may take to initialize before the next one starts anyway.
+    init_wait_s: float = 60.0
+
+    def _started(self, query: StreamingQuery) -> None:
+        """Track *query* and let it initialize before the next one starts.
+
+        Spark starts a fresh Python process to plan each Python data source and gives it a
+        fixed 10 s to connect back; several queries initializing at once on a small, busy
+        machine can miss that. One at a time, they do not compete.
+        """
+        self.queries.append(query)
+        deadline = time.monotonic() + self.init_wait_s
+        while query.isActive and time.monotonic() < deadline:
+            if query.status.get("message") != "Initializing sources":
+                return
+            time.sleep(0.1)
+
+    def checkpoint(self, name: str) -> str:
+        """The checkpoint directory of the query called *name*."""
+        return str(self.checkpoint_dir / _SAFE.sub("_", name))
+
+    def read(self, *topics: str, starting_offsets: str = "earliest") -> DataFrame:
+        """A streaming DataFrame of the records of *topics* (the `sparkiq-kafka` source)."""
+        if not topics:
+            raise ConfigError("read() needs at least one topic")
+        reader = (
+            self.spark.readStream.format("sparkiq-kafka")
+            .option("bootstrap.servers", self.bootstrap_servers)
+            .option("subscribe", ",".join(topics))
+            .option("startingOffsets", starting_offsets)
+        )
+        if self.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        return reader.load()
+
+    def write(
+        self,
+        df: DataFrame,
+        *,
+        name: str,
+        topic: str | None = None,
+        output_mode: str = "append",
+    ) -> StreamingQuery:
+        """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka."""
+        options = {"bootstrap.servers": self.bootstrap_servers}
+        if topic is not None:
+            options["topic"] = topic
+        query = start_kafka_write(
+            df,
+            name=name,
+            kafka_options=options,
+            checkpoint_location=self.checkpoint(name),
+            output_mode=output_mode,
+            trigger_interval=self.trigger_interval,
+        )
+        self._started(query)
+        return query
+
+    def create_topics(self, *topics: str, partitions: int = 6) -> None:
+        """Create the output topics that do not exist yet (existing ones are left alone)."""
+        for topic in topics:
+            create_topic(self.bootstrap_servers, topic, partitions, exist_ok=True)
+
+    def prepare_table(self, table: TableDef) -> None:
+        """Create *table*'s changelog topic and register it (for hand-written changelogs)."""
+        prepare_table(MaterializeTarget(self.bootstrap_servers, table, self.app))
+
+    def materialize(
+        self,
+        df: DataFrame,
+        *,
+        table: str,
+        key: str | Column,
+        **options: Any,
+    ) -> StreamingQuery:
+        """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints."""
+        options.setdefault("trigger_interval", self.trigger_interval)
+        options.setdefault("app", self.app)
+        query = materialize(
+            df,
+            table=table,
+            key=key,
+            bootstrap_servers=self.bootstrap_servers,
+            checkpoint_location=self.checkpoint(f"table-{table}"),
+            **options,
+        )
+        self._started(query)
+        return query
+
+
+def load_pipeline(path: Path) -> PipelineFn:
+    """The ``pipeline(ctx)`` function of the pipeline file at *path*."""
+    if not path.is_file():
+        raise ConfigError(f"pipeline file {str(path)!r} does not exist")
+    module_name = f"sparkiq_pipeline_{_SAFE.sub('_', path.stem)}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"cannot load {str(path)!r} as Python: is it a .py file?")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"pipeline file {str(path)!r} failed to load: {exc!r}") from exc
+    # Spark's Python workers cannot import a file loaded by path: the functions it defines
+    # (UDFs, applyInPandasWithState callbacks) travel to them by value instead.
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    fn = getattr(module, "pipeline", None)
+    if not callable(fn):
+        raise ConfigError(
+            f"pipeline file {str(path)!r} must define a function pipeline(ctx) that starts "
+            "its streaming queries through ctx (ctx.read, ctx.write, ctx.materialize)"
+        )
+    pipeline_fn: PipelineFn = fn
+    return pipeline_fn

@@ -1,0 +1,172 @@
+"""`sparkiq run PIPELINE.py`: run a pipeline file until it fails or is told to stop.
+
+The runner builds the SparkSession (``local[*]`` or any Spark master URL), hands the file's
+``pipeline(ctx)`` a `PipelineContext`, and then watches the queries it started: a progress
+line per query every few seconds (micro-batch, input and processed rows per second, batch
+duration, observed metrics such as dead-letter counts), optionally the same as JSON in a
+status file for tools, and a clear exit: SIGINT/SIGTERM stop every query and the session
+(each query resumes from its checkpoint next time); a query that fails stops the others
+and the runner exits with its error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from sparkiq.catalog import DEFAULT_APP
+from sparkiq.errors import SparkiqError
+from sparkiq.spark.pipeline import PipelineContext, load_pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+class PipelineFailed(SparkiqError):
+    """A query of the pipeline stopped with an error."""
+
+
+@dataclass
+class RunSettings:
+    """Everything `sparkiq run` needs besides the pipeline file."""
+
+    bootstrap_servers: str
+    checkpoint_dir: Path
+    master: str = "local[*]"
+    app: str = DEFAULT_APP
+    trigger_interval: str | None = "1 second"
+    max_offsets_per_trigger: int | None = None
+    shuffle_partitions: int = 2
+    params: Mapping[str, str] = field(default_factory=dict)
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    status_file: Path | None = None
+    progress_interval_s: float = 5.0
+    duration_s: float | None = None
+
+
+def query_status(query: StreamingQuery) -> dict[str, Any]:
+    """What a progress line shows about *query*, as plain JSON-able values."""
+    progress: dict[str, Any] = query.lastProgress or {}
+    sources = progress.get("sources") or [{}]
+    end_offset = sources[0].get("endOffset") if sources else None
+    return {
+        "name": query.name,
+        "id": str(query.id),
+        "active": query.isActive,
+        "batch": progress.get("batchId"),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_s": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
+        "processed_rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+        "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "end_offsets": end_offset if isinstance(end_offset, dict) else None,
+        "observed": {
+            name: dict(row) if isinstance(row, dict) else row
+            for name, row in (progress.get("observedMetrics") or {}).items()
+        },
+    }
+
+
+def _progress_line(status: Mapping[str, Any]) -> str:
+    observed = "".join(
+        f" {k}={v}"
+        for metrics in status["observed"].values()
+        if isinstance(metrics, dict)
+        for k, v in metrics.items()
+    )
+    return (
+        f"[{status['name']}] batch {status['batch']}: {status['input_rows']} rows, "
+        f"{status['processed_rows_per_s']:.0f} rows/s processed, "
+        f"{status['batch_ms']} ms{observed}"
+    )
+
+
+def _write_status(path: Path, statuses: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"time": time.time(), "queries": statuses}, default=str))
+    os.replace(tmp, path)
+
+
+def run_pipeline(path: Path, settings: RunSettings) -> None:
+    """Run the pipeline file at *path* until a signal, *duration_s*, or a query failure."""
+    from sparkiq.spark.session import local_session
+
+    pipeline_fn = load_pipeline(path)
+    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    spark = local_session(
+        f"sparkiq pipeline {path.stem}",
+        master=settings.master,
+        shuffle_partitions=settings.shuffle_partitions,
+        conf=settings.spark_conf,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("pipeline: %s received, stopping the queries", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    ctx = PipelineContext(
+        spark=spark,
+        bootstrap_servers=settings.bootstrap_servers,
+        checkpoint_dir=settings.checkpoint_dir,
+        app=settings.app,
+        trigger_interval=settings.trigger_interval,
+        max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        params=dict(settings.params),
+    )
+    try:
+        pipeline_fn(ctx)
+        if not ctx.queries:
+            raise PipelineFailed(
+                f"{path} started no queries: start them through ctx.write / ctx.materialize"
+            )
+        log.info(
+            "pipeline: %d queries running: %s", len(ctx.queries), [q.name for q in ctx.queries]
+        )
+        _watch(ctx.queries, settings, stop)
+    finally:
+        for query in ctx.queries:
+            try:
+                query.stop()
+            except Exception as exc:  # a stop error must not hide the first failure
+                log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
+        if settings.status_file is not None and ctx.queries:
+            _write_status(settings.status_file, [query_status(q) for q in ctx.queries])
+        spark.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _watch(queries: list[StreamingQuery], settings: RunSettings, stop: threading.Event) -> None:
+    deadline = None if settings.duration_s is None else time.monotonic() + settings.duration_s
+    next_progress = time.monotonic() + settings.progress_interval_s
+    while not stop.is_set():
+        for query in queries:
+            if not query.isActive:
+                error = query.exception()
+                if error is not None:
+                    raise PipelineFailed(f"query {query.name!r} failed: {error}")
+                raise PipelineFailed(f"query {query.name!r} stopped")
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            log.info("pipeline: --duration reached, stopping")
+            return
+        if now >= next_progress:
+            next_progress = now + settings.progress_interval_s
+            statuses = [query_status(q) for q in queries]
+            for status in statuses:
+                log.info("pipeline %s", _progress_line(status))
+            if settings.status_file is not None:
+                _write_status(settings.status_file, statuses)
+        stop.wait(0.5)
