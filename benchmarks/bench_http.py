@@ -5,7 +5,8 @@ Measures with wrk (-t1 -c32 -d10s, random keys out of 100k) on 127.0.0.1:
   2. a minimal granian RSGI app, dict lookup       -- benchmarks/refapp.py, the Python floor
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
-and prints req/s, p50/p99 and the ratios local/nginx and forwarded/local.
+and prints req/s, p50/p99, the servers' CPU time per request (from /proc: it moves less
+than req/s when other work shares the cores) and the ratios local/nginx and forwarded/local.
 
 Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the script
 installs them with apt-get when it runs as root and they are missing.
@@ -58,6 +59,7 @@ end
 
 NGINX_CONF = """
 worker_processes 1;
+master_process off;
 daemon off;
 pid %(dir)s/nginx.pid;
 error_log %(dir)s/nginx-error.log warn;
@@ -192,9 +194,21 @@ class Result:
     p99_ms: float
     errors: int
     non2xx: int
+    cpu_us: float  # CPU time (user + system) of the measured server processes per request
 
 
-def run_wrk(name: str, port: int, prefix: str, duration: int, workdir: Path) -> Result:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time so far of processes `pids` (all their threads)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(
+    name: str, port: int, prefix: str, duration: int, workdir: Path, pids: list[int]
+) -> Result:
     script = workdir / f"{name.replace(' ', '_')}.lua"
     script.write_text(LUA % {"prefix": prefix, "keys": KEYS, "seed": 42})
     url = f"http://127.0.0.1:{port}"
@@ -204,17 +218,25 @@ def run_wrk(name: str, port: int, prefix: str, duration: int, workdir: Path) -> 
         capture_output=True,
         check=True,
     )
+    cpu_before = cpu_seconds(pids)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "-s", str(script), url],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    cpu = cpu_seconds(pids) - cpu_before
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     raw = json.loads(line[len("RESULT ") :])
     rps = raw["requests"] / (raw["duration_us"] / 1e6)
     return Result(
-        name, rps, raw["p50_us"] / 1000, raw["p99_us"] / 1000, raw["errors"], raw["non2xx"]
+        name,
+        rps,
+        raw["p50_us"] / 1000,
+        raw["p99_us"] / 1000,
+        raw["errors"],
+        raw["non2xx"],
+        cpu / max(raw["requests"], 1) * 1e6,
     )
 
 
@@ -234,7 +256,8 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
         proc = subprocess.Popen(["nginx", "-p", str(work), "-c", str(work / "nginx.conf")])
         try:
             wait_port(port, proc)
-            results.append(run_wrk("nginx fixed body", port, key_prefix, duration, work))
+            nginx = run_wrk("nginx fixed body", port, key_prefix, duration, work, [proc.pid])
+            results.append(nginx)
         finally:
             stop(proc)
 
@@ -242,7 +265,7 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
         proc = subprocess.Popen([PY, str(HERE / "refapp.py"), "--port", str(port)])
         try:
             wait_port(port, proc)
-            results.append(run_wrk("granian RSGI dict", port, "/k/k", duration, work))
+            results.append(run_wrk("granian RSGI dict", port, "/k/k", duration, work, [proc.pid]))
         finally:
             stop(proc)
 
@@ -256,27 +279,34 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
             try:
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
-                results.append(
-                    run_wrk(f"sparkiq local {interface}", owner_port, key_prefix, duration, work)
-                )
-                results.append(
-                    run_wrk(f"sparkiq forwarded {interface}", fwd_port, key_prefix, duration, work)
-                )
+                local = f"sparkiq local {interface}"
+                results.append(run_wrk(local, owner_port, key_prefix, duration, work, [owner.pid]))
+                # CPU of both nodes: the forwarder's work plus the owner's answer.
+                both = [forwarder.pid, owner.pid]
+                forwarded = f"sparkiq forwarded {interface}"
+                results.append(run_wrk(forwarded, fwd_port, key_prefix, duration, work, both))
             finally:
                 stop(forwarder)
                 stop(owner)
     return results
 
 
-def report(results: list[Result]) -> None:
+def report(results: list[Result], load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
     print(f"\nwrk -t1 -c{CONNECTIONS}, random keys of {KEYS}, 127.0.0.1, {os.cpu_count()} cores")
-    print(f"{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'non-2xx':>9}")
+    before, after = (", ".join(f"{x:.2f}" for x in avg) for avg in load)
+    print(f"load average before: {before}; after: {after}")
+    print(
+        f"{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU us/req':>12}"
+        f"{'errors':>8}{'non-2xx':>9}"
+    )
     for r in results:
         print(
-            f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.errors:>8}{r.non2xx:>9}"
+            f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.cpu_us:>12.1f}"
+            f"{r.errors:>8}{r.non2xx:>9}"
         )
     by = {r.name: r for r in results}
     nginx = by["nginx fixed body"]
+    raw = by["granian RSGI dict"]
     for r in results:
         if r.name.startswith("sparkiq local"):
             interface = r.name.rsplit(" ", 1)[1]
@@ -287,6 +317,11 @@ def report(results: list[Result]) -> None:
                 f"[{interface}] local/nginx = {r.rps / nginx.rps:.2f} (goal >= 0.33, p99 < 3 ms:"
                 f" {'met' if ok_local else 'NOT met'}); forwarded/local = "
                 f"{fwd.rps / r.rps:.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'})"
+            )
+            print(
+                f"[{interface}] local/raw granian app = {r.rps / raw.rps:.2f}; CPU per request:"
+                f" local {r.cpu_us:.0f} us (raw app {raw.cpu_us:.0f} us, nginx"
+                f" {nginx.cpu_us:.0f} us), forwarded {fwd.cpu_us:.0f} us over both nodes"
             )
 
 
@@ -309,7 +344,9 @@ def main() -> None:
         uvloop.run(run_node(args.port, args.owner, args.state_dir, args.interface))
         return
     require_tools()
-    report(bench(args.duration, args.interfaces.split(",")))
+    load_before = os.getloadavg()
+    results = bench(args.duration, args.interfaces.split(","))
+    report(results, (load_before, os.getloadavg()))
 
 
 if __name__ == "__main__":
