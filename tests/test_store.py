@@ -156,10 +156,11 @@ def test_second_process_handle_on_same_dir_is_refused(
 
 # Runs in a child process that dies without closing the store, as in a crash: RocksDB gets no
 # chance to flush. Each step is "wal:<prefix>:<offset>" or "nowal:<prefix>:<offset>" (ten keys
-# <prefix>0..<prefix>9 and that checkpoint, with or without the WAL) or "flush".
+# <prefix>0..<prefix>9 and that checkpoint, with or without the WAL), "flush", or "background"
+# (`start_flush` until it is done, without the `flush` that would follow).
 # SMALL_MEMTABLES makes RocksDB flush in the background every few batches.
 _CRASHING_WRITER = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 import sparkiq.store as store_mod
 from sparkiq.tables import TableDef
@@ -179,6 +180,10 @@ store = store_mod.PartitionStore(
 for step in sys.argv[2:]:
     if step == "flush":
         store.flush()
+        continue
+    if step == "background":
+        while store.start_flush():
+            time.sleep(0.01)
         continue
     kind, prefix, offset = step.split(":")
     keys = [(f"{prefix}{i}".encode(), b"v" * 100) for i in range(10)]
@@ -220,6 +225,9 @@ def _keys_of(*prefixes: str) -> set[bytes]:
         (["nowal:a:10", "nowal:b:20"], None, []),
         # A flush makes them durable, checkpoint included.
         (["nowal:a:10", "flush", "nowal:b:20"], 10, ["a"]),
+        # So does a background flush, once done: data first, then the checkpoint.
+        (["nowal:a:10", "background"], 10, ["a"]),
+        (["nowal:a:10", "nowal:b:20", "background", "nowal:c:30"], 20, ["a", "b"]),
         # A write with the WAL first flushes the ones without, so none is lost below it.
         (["nowal:a:10", "nowal:b:20", "wal:c:30"], 30, ["a", "b", "c"]),
     ],

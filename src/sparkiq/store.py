@@ -2,8 +2,8 @@
 
 A `PartitionStore` keeps a changelog partition's latest value per store key, plus the offset
 checkpoint (`next_offset`, the next changelog offset to apply). Data and checkpoint are
-written in one RocksDB write batch, so after any crash the store reflects exactly the
-changelog prefix its checkpoint names and a restart replays only the tail.
+written in one RocksDB write batch, so after a crash the store reflects the changelog prefix
+its checkpoint names (see below for writes without the WAL) and a restart replays the tail.
 
 Layout of a node's state dir (`StoreRegistry`)::
 
@@ -18,15 +18,17 @@ collide with them and scans never see them.
 A write may skip RocksDB's write-ahead log (`write(..., wal=False)`, used while a partition is
 restoring and not served). Such writes reach disk only when the memtables are flushed, and
 data and checkpoint are lost together if the process dies before that: the store then
-reopens at the last checkpoint that was flushed (or written with the WAL), with exactly the
-data up to it, and the restore replays the rest from Kafka. Three rules keep that true:
+reopens at the last checkpoint that was flushed (or written with the WAL) and the restore
+replays the rest from Kafka. The checkpoint on disk is never ahead of the data on disk:
 
-- memtables are flushed atomically across both column families (`atomic_flush`), so a
-  background flush never persists a checkpoint without its data, or data without its
-  checkpoint;
+- background flushes (a full memtable) are atomic across both column families
+  (`atomic_flush`), so they persist data and checkpoint together;
+- an explicit flush (`flush`, `start_flush`) persists the data before the checkpoint; a
+  crash between the two leaves data ahead of the checkpoint, which the replay from the
+  checkpoint makes right again (every record sets its key's latest value);
 - a write that uses the WAL first flushes any earlier writes that skipped it, so no write
   recovered from the WAL ever sits on top of lost ones;
-- `flush()` and `close()` persist writes that skipped the WAL.
+- `close()` flushes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 
 from rocksdict import AccessType, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
@@ -47,6 +50,15 @@ log = logging.getLogger(__name__)
 _META_CF = "meta"
 _OFFSET_KEY = b"next_offset"
 _TABLE_KEY = b"table"
+_IMMUTABLE_MEMTABLES = "rocksdb.num-immutable-mem-table"  # full memtables not yet flushed
+
+
+class _Background(Enum):
+    """How far `PartitionStore.start_flush` has got."""
+
+    IDLE = "idle"
+    DATA = "data"  # flushing the data column family
+    CHECKPOINT = "checkpoint"  # the data is on disk; flushing the meta column family
 
 
 def _options() -> Options:
@@ -148,6 +160,9 @@ class PartitionStore:
         self._wo = _write_options(wal=True)
         self._wo_no_wal = _write_options(wal=False)
         self._unflushed = False  # written without the WAL since the last flush
+        self._writes = 0
+        self._background = _Background.IDLE  # of `start_flush`, since the last flush
+        self._writes_at_start = 0  # `_writes` when `start_flush` began
         self._closed = False
 
     def _check_table(self, path: Path, table: TableDef) -> None:
@@ -260,7 +275,33 @@ class PartitionStore:
             ) from exc
         if not wal:
             self._unflushed = True
+        self._writes += 1
         self._next_offset = next_offset
+
+    def start_flush(self) -> bool:
+        """Persist writes that skipped the write-ahead log in RocksDB's background, the data
+        first, then the checkpoint; True while that is under way.
+
+        Call it until it returns False, then `flush`, which is left with only what was
+        written meanwhile (nothing, if nothing was): the caller is not blocked by the bulk.
+        """
+        if not self._unflushed or self._meta_cf is None:
+            return False
+        try:
+            if self._background is _Background.IDLE:
+                self._background = _Background.DATA
+                self._writes_at_start = self._writes
+                self._db.flush(False)
+            if self._background is _Background.DATA:
+                if self._db.property_int_value(_IMMUTABLE_MEMTABLES):
+                    return True
+                if self._writes != self._writes_at_start:
+                    return False  # data written meanwhile is not on disk: `flush` goes in order
+                self._background = _Background.CHECKPOINT
+                self._meta.flush(False)
+            return bool(self._meta.property_int_value(_IMMUTABLE_MEMTABLES))
+        except Exception:
+            return False  # `flush` reports the failure
 
     def flush(self) -> None:
         """Persist writes that skipped the write-ahead log (no-op if there are none)."""
@@ -269,10 +310,11 @@ class PartitionStore:
         if self._meta_cf is None:
             raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
         try:
-            # Atomic across column families (`atomic_flush`); should RocksDB flush only the
-            # named one, data goes first, so the checkpoint never gets ahead of it.
+            # RocksDB flushes one column family per call (background flushes are atomic
+            # across both): the data first, so the checkpoint on disk never gets ahead of it.
             self._db.flush(True)
             self._meta.flush(True)
+            self._background = _Background.IDLE
         except Exception as exc:
             raise StoreError(
                 f"cannot flush the store at {self.path}: {exc}; check free disk space and "

@@ -92,20 +92,26 @@ class Replica:
         if position > self.end:
             self.end = position
 
-    def check_caught_up(self) -> bool:
-        """Moves RESTORING -> ACTIVE once the target is reached; True if it did.
-
-        The store is flushed first, so an ACTIVE partition's data is on disk.
-        """
-        if (
+    def reached_target(self) -> bool:
+        """RESTORING with its position at the restore target (ACTIVE once its store is flushed)."""
+        return (
             self.state is ReplicaState.RESTORING
             and self.target is not None
             and self.position >= self.target
-        ):
-            self.store.flush()
-            self.state = ReplicaState.ACTIVE
-            return True
-        return False
+        )
+
+    def check_caught_up(self) -> bool:
+        """Moves RESTORING -> ACTIVE once the target is reached; True if it did.
+
+        The store is flushed first, so an ACTIVE partition's data is on disk. The bulk of
+        that runs in RocksDB's background: this starts it and returns False until it has
+        finished, so the restorer thread goes on with other partitions meanwhile.
+        """
+        if not self.reached_target() or self.store.start_flush():
+            return False
+        self.store.flush()  # what was written since the background flush, and the checkpoint
+        self.state = ReplicaState.ACTIVE
+        return True
 
     def status(self) -> PartitionStatus:
         return PartitionStatus(

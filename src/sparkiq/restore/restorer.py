@@ -46,6 +46,7 @@ from sparkiq.topology import TopicPartition
 log = logging.getLogger(__name__)
 
 _POLL_TIMEOUT_S = 0.1
+_FLUSH_POLL_S = 0.01  # while a store flushes before its partition turns ACTIVE
 _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
@@ -170,6 +171,7 @@ class Restorer:
         ends = EndProbe(self.bootstrap)
         next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
         disk_job: Future[None] | None = None
+        poll_s = _POLL_TIMEOUT_S
         try:
             while not self._stopping.is_set():
                 try:
@@ -177,11 +179,12 @@ class Restorer:
                         self._dirty.clear()
                         self._reconcile(fetching, ends)
                     if not fetching:
-                        self._dirty.wait(_POLL_TIMEOUT_S)
+                        self._dirty.wait(poll_s)
                     else:
-                        messages = consumer.consume(BATCH_SIZE, _POLL_TIMEOUT_S)
+                        messages = consumer.consume(BATCH_SIZE, poll_s)
                         if messages:
                             self._apply(fetching, messages)
+                    poll_s = _FLUSH_POLL_S if self._finish_restores() else _POLL_TIMEOUT_S
                     now = time.monotonic()
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
@@ -231,8 +234,6 @@ class Restorer:
                 # follows this unassignment already offers the store.
                 self._disk_lags = {**self._disk_lags, **left}
             self._take_measured_ends()
-            for replica in self._replicas.values():
-                replica.check_caught_up()  # again after a failed flush, say
             to_measure = [
                 (r, r.role_epoch)
                 for r in self._replicas.values()
@@ -308,7 +309,7 @@ class Restorer:
         with self._lock:
             replicas = dict(self._replicas)
         runs, eofs = split_batch(messages, replicas, self._skip_record)
-        changed = out_of_step = False
+        out_of_step = False
         failure: StoreError | None = None
         with self._lock:
             for tp in runs.keys() | eofs.keys():
@@ -337,17 +338,34 @@ class Restorer:
                         # checkpoint moves with them, so the gap is not fetched again.
                         replica.store.apply((), eof, wal=replica.wal)
                         replica.advance(eof)
-                    changed |= replica.check_caught_up()
                 except StoreError as exc:
                     out_of_step = True  # the cursor moved on, the position did not
                     failure = failure or exc
             self._publish()
         if out_of_step:
             self._dirty.set()
-        if changed:
-            self._notify()
         if failure is not None:
             raise failure
+
+    def _finish_restores(self) -> bool:
+        """Turn RESTORING replicas at their target ACTIVE once their stores are flushed.
+
+        True while a store is still flushing, so the caller comes back soon.
+        """
+        changed = flushing = False
+        with self._lock:
+            try:
+                for replica in self._replicas.values():
+                    if replica.reached_target():
+                        done = replica.check_caught_up()
+                        changed |= done
+                        flushing |= not done
+            finally:
+                if changed:
+                    self._publish()
+        if changed:
+            self._notify()
+        return flushing
 
     def _skip_record(self, tp: TopicPartition, offset: int, why: str) -> None:
         """Count a record that cannot be stored; log the first one of each partition."""
