@@ -4,7 +4,9 @@
 still percent-encoded path) and returns a `Response`; the ASGI and RSGI adapters only move
 bytes. This module parses and dispatches, and answers the single-partition endpoints (key,
 windows, owner) and the node's own ones (tables, metadata, health, metrics); `fanout` answers
-the endpoints that span partitions (multi-get, range).
+the endpoints that span partitions (multi-get, range). The adapters try `keypath` (the hot
+path for single-key GETs, `HttpApi.keys`) before `handle`; both read keys with
+`keypath.read_key` and go through `answer_from_replica` for whatever is not local.
 """
 
 from __future__ import annotations
