@@ -315,7 +315,10 @@ async def test_key_with_slash_over_asgi(stack: AsyncExitStack) -> None:
         assert r.json()["error"]["code"] == "no_route"
 
 
-async def test_owner_that_never_answers_is_503_within_the_budget(stack: AsyncExitStack) -> None:
+@pytest.mark.parametrize("interface", [Interface.ASGI, Interface.RSGI])
+async def test_owner_that_never_answers_is_503_within_the_budget(
+    stack: AsyncExitStack, interface: Interface
+) -> None:
     accepted: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -325,7 +328,7 @@ async def test_owner_that_never_answers_is_503_within_the_budget(stack: AsyncExi
     mute_url = f"http://127.0.0.1:{mute.sockets[0].getsockname()[1]}"
     a = node_view()
     a.place_all(USERS, {p: mute_url for p in range(USERS.partitions)})
-    await serve(stack, a, Interface.ASGI, budget_s=0.4)
+    await serve(stack, a, interface, budget_s=0.4)
     loop = asyncio.get_running_loop()
     try:
         async with httpx.AsyncClient(base_url=a.url) as client:
@@ -339,5 +342,7 @@ async def test_owner_that_never_answers_is_503_within_the_budget(stack: AsyncExi
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "unavailable"
     assert "no answer within" in r.json()["error"]["message"]
+    assert r.headers["retry-after"] == "1"
+    assert r.headers["content-type"] == "application/json"
     assert 0.35 <= waited < 1.5
     assert accepted  # the request did reach the silent owner

@@ -7,6 +7,7 @@ edge that maps each `FailureReason` to a status code and the one error shape
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -63,11 +64,12 @@ class Response:
 # Where an answer came from travels with it, for the metrics.
 Answer = tuple[Response, Outcome]
 
-# JSON_HEADERS as ASGI wants them (bytes); adapters send this for the common answer.
-RAW_JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", JSON.encode())]
+# JSON_HEADERS as ASGI wants them (bytes); adapters send this for the common answer. A tuple:
+# granian and httpx take any sequence, and a shared constant must not be mutable.
+RAW_JSON_HEADERS: tuple[tuple[bytes, bytes], ...] = ((b"content-type", JSON.encode()),)
 
 
-def raw_headers(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
+def raw_headers(headers: tuple[tuple[str, str], ...]) -> Sequence[tuple[bytes, bytes]]:
     """`headers` as latin-1 bytes pairs (ASGI)."""
     if headers is JSON_HEADERS:
         return RAW_JSON_HEADERS

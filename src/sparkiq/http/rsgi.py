@@ -12,10 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sparkiq.http.api import HttpApi
-from sparkiq.http.responses import JSON_HEADERS, Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
-
-_JSON_HEADERS = list(JSON_HEADERS)
 
 
 class RsgiApp:
@@ -39,7 +36,7 @@ class RsgiApp:
                 path.encode("ascii"), headers.get(HOPS_HEADER), headers.get(BUDGET_HEADER)
             )
             if answer is not None:
-                proto.response_bytes(answer.status, _headers(answer), answer.body)
+                proto.response_bytes(answer.status, answer.headers, answer.body)
                 return
         body: bytes | None = b""
         if method == "POST":
@@ -48,13 +45,8 @@ class RsgiApp:
             response = self.api.body_too_large()
         else:
             response = await self.api.handle(method, path, scope.query_string, scope.headers, body)
-        proto.response_bytes(response.status, _headers(response), response.body)
-
-
-def _headers(response: Response) -> list[tuple[str, str]]:
-    if response.headers is JSON_HEADERS:
-        return _JSON_HEADERS
-    return list(response.headers)
+        # granian takes the headers as any sequence of pairs: the tuple as it is.
+        proto.response_bytes(response.status, response.headers, response.body)
 
 
 async def _read_body(proto: Any, headers: Any, limit: int) -> bytes | None:
