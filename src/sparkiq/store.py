@@ -40,7 +40,15 @@ from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
-from rocksdict import AccessType, ColumnFamily, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    ColumnFamily,
+    DBCompressionType,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from sparkiq.errors import CatalogError, StateDirMismatchError, StoreError
 from sparkiq.tables import TableDef
@@ -69,6 +77,10 @@ def _options() -> Options:
     opts.set_max_background_jobs(2)
     # Writes that skip the WAL are only as consistent as the flushes that persist them.
     opts.set_atomic_flush(True)
+    # LZ4 rather than the default Snappy: a restore flushes its whole store before the
+    # partition turns ACTIVE, and LZ4 took ~0.1 us/record less CPU in those flushes (files
+    # written with Snappy stay readable).
+    opts.set_compression_type(DBCompressionType.lz4())
     return opts
 
 
