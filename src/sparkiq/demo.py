@@ -122,7 +122,7 @@ def run_demo(
             bootstrap_servers=bootstrap,
             checkpoint_dir=work / "checkpoints",
             log_path=work / "pipeline.log",
-            extra_args=["--trigger", "0 seconds"],
+            extra_args=["--trigger", "1 second"],
         )
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=nodes)
         try:

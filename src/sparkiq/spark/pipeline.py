@@ -58,22 +58,35 @@ class PipelineContext:
     # Free-form settings for the pipeline itself (`sparkiq run --param name=value`).
     params: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list)
-    # How long a started query may take to initialize before the next one starts anyway.
-    init_wait_s: float = 60.0
+    starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
+    # How long a started query may take over its first micro-batch before the next one
+    # starts anyway.
+    init_wait_s: float = 300.0
 
-    def _started(self, query: StreamingQuery) -> None:
-        """Track *query* and let it initialize before the next one starts.
+    def _start(self, starter: Callable[[], StreamingQuery]) -> StreamingQuery:
+        """Start a query, remember how (for `restart`), and let it get going before the next.
 
-        Spark starts a fresh Python process to plan each Python data source and gives it a
-        fixed 10 s to connect back; several queries initializing at once on a small, busy
-        machine can miss that. One at a time, they do not compete.
+        Spark starts a fresh Python process for each Python data source it plans (the
+        streaming source's driver side among them) and gives it a fixed 10 s to connect
+        back; several queries starting at once on a small, busy machine can miss that.
+        Started one at a time, each after the one before has finished its first micro-batch
+        (which, over a backlog, is the heavy one), they do not compete.
         """
+        query = starter()
         self.queries.append(query)
+        self.starters[query.name] = starter
         deadline = time.monotonic() + self.init_wait_s
         while query.isActive and time.monotonic() < deadline:
-            if query.status.get("message") != "Initializing sources":
-                return
+            if query.lastProgress is not None:
+                break
             time.sleep(0.1)
+        return query
+
+    def restart(self, query: StreamingQuery) -> StreamingQuery:
+        """Start *query* (stopped) again from its checkpoint; the new query replaces it."""
+        replacement = self.starters[query.name]()
+        self.queries[self.queries.index(query)] = replacement
+        return replacement
 
     def checkpoint(self, name: str) -> str:
         """The checkpoint directory of the query called *name*."""
@@ -105,16 +118,16 @@ class PipelineContext:
         options = {"bootstrap.servers": self.bootstrap_servers}
         if topic is not None:
             options["topic"] = topic
-        query = start_kafka_write(
-            df,
-            name=name,
-            kafka_options=options,
-            checkpoint_location=self.checkpoint(name),
-            output_mode=output_mode,
-            trigger_interval=self.trigger_interval,
+        return self._start(
+            lambda: start_kafka_write(
+                df,
+                name=name,
+                kafka_options=options,
+                checkpoint_location=self.checkpoint(name),
+                output_mode=output_mode,
+                trigger_interval=self.trigger_interval,
+            )
         )
-        self._started(query)
-        return query
 
     def create_topics(self, *topics: str, partitions: int = 6) -> None:
         """Create the output topics that do not exist yet (existing ones are left alone)."""
@@ -136,16 +149,16 @@ class PipelineContext:
         """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints."""
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
-        query = materialize(
-            df,
-            table=table,
-            key=key,
-            bootstrap_servers=self.bootstrap_servers,
-            checkpoint_location=self.checkpoint(f"table-{table}"),
-            **options,
+        return self._start(
+            lambda: materialize(
+                df,
+                table=table,
+                key=key,
+                bootstrap_servers=self.bootstrap_servers,
+                checkpoint_location=self.checkpoint(f"table-{table}"),
+                **options,
+            )
         )
-        self._started(query)
-        return query
 
 
 def load_pipeline(path: Path) -> PipelineFn:

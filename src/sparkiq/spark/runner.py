@@ -55,11 +55,46 @@ class RunSettings:
     duration_s: float | None = None
 
 
-def query_status(query: StreamingQuery) -> dict[str, Any]:
+class ObservedTotals:
+    """Sums of each query's observed metrics over every micro-batch since the runner started.
+
+    A progress report carries the metrics of one micro-batch; the runner reads
+    ``recentProgress`` (the last hundred or so) and adds each batch it has not counted yet.
+    """
+
+    def __init__(self) -> None:
+        self._last_batch: dict[str, int] = {}
+        self.totals: dict[str, dict[str, dict[str, float]]] = {}
+
+    def update(self, query: StreamingQuery) -> dict[str, dict[str, float]]:
+        name = query.name
+        last = self._last_batch.get(name, -1)
+        mine = self.totals.setdefault(name, {})
+        for progress in query.recentProgress:
+            batch = int(progress.batchId)
+            if batch <= last:
+                continue
+            last = batch
+            for metric_name, row in (progress.observedMetrics or {}).items():
+                values = row.asDict() if hasattr(row, "asDict") else dict(row)
+                sums = mine.setdefault(metric_name, {})
+                for key, value in values.items():
+                    if isinstance(value, int | float):
+                        sums[key] = sums.get(key, 0) + value
+        self._last_batch[name] = last
+        return mine
+
+
+def query_status(query: StreamingQuery, totals: ObservedTotals | None = None) -> dict[str, Any]:
     """What a progress line shows about *query*, as plain JSON-able values."""
-    progress: dict[str, Any] = query.lastProgress or {}
+    progress: Any = query.lastProgress or {}
     sources = progress.get("sources") or [{}]
     end_offset = sources[0].get("endOffset") if sources else None
+    if isinstance(end_offset, str):  # the source's offset JSON, as text
+        try:
+            end_offset = json.loads(end_offset)
+        except ValueError:
+            end_offset = None
     return {
         "name": query.name,
         "id": str(query.id),
@@ -71,16 +106,17 @@ def query_status(query: StreamingQuery) -> dict[str, Any]:
         "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
         "end_offsets": end_offset if isinstance(end_offset, dict) else None,
         "observed": {
-            name: dict(row) if isinstance(row, dict) else row
+            name: row.asDict() if hasattr(row, "asDict") else row
             for name, row in (progress.get("observedMetrics") or {}).items()
         },
+        "observed_total": totals.update(query) if totals is not None else {},
     }
 
 
 def _progress_line(status: Mapping[str, Any]) -> str:
     observed = "".join(
-        f" {k}={v}"
-        for metrics in status["observed"].values()
+        f" {k}={v:g}"
+        for metrics in status["observed_total"].values()
         if isinstance(metrics, dict)
         for k, v in metrics.items()
     )
@@ -110,6 +146,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         conf=settings.spark_conf,
     )
     stop = threading.Event()
+    totals = ObservedTotals()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("pipeline: %s received, stopping the queries", signal.Signals(signum).name)
@@ -134,7 +171,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         log.info(
             "pipeline: %d queries running: %s", len(ctx.queries), [q.name for q in ctx.queries]
         )
-        _watch(ctx.queries, settings, stop)
+        _watch(ctx, settings, stop, totals)
     finally:
         for query in ctx.queries:
             try:
@@ -142,29 +179,52 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
             except Exception as exc:  # a stop error must not hide the first failure
                 log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
         if settings.status_file is not None and ctx.queries:
-            _write_status(settings.status_file, [query_status(q) for q in ctx.queries])
+            _write_status(settings.status_file, [query_status(q, totals) for q in ctx.queries])
         spark.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _watch(queries: list[StreamingQuery], settings: RunSettings, stop: threading.Event) -> None:
+# Failures worth starting a query again for: Spark gave a fresh Python process (which plans
+# a Python data source) a fixed 10 s to connect back, and a busy machine made it miss that.
+_TRANSIENT = ("failed to connect back", "Timed out while waiting for the Python worker")
+_MAX_RESTARTS = 10
+
+
+def _watch(
+    ctx: PipelineContext, settings: RunSettings, stop: threading.Event, totals: ObservedTotals
+) -> None:
     deadline = None if settings.duration_s is None else time.monotonic() + settings.duration_s
     next_progress = time.monotonic() + settings.progress_interval_s
+    restarts: dict[str, int] = {}
     while not stop.is_set():
-        for query in queries:
-            if not query.isActive:
-                error = query.exception()
-                if error is not None:
-                    raise PipelineFailed(f"query {query.name!r} failed: {error}")
+        for query in list(ctx.queries):
+            if query.isActive:
+                continue
+            error = query.exception()
+            if error is None:
                 raise PipelineFailed(f"query {query.name!r} stopped")
+            text = str(error)
+            if any(t in text for t in _TRANSIENT) and restarts.get(query.name, 0) < _MAX_RESTARTS:
+                restarts[query.name] = restarts.get(query.name, 0) + 1
+                log.warning(
+                    "pipeline: query %r failed to start a Python worker in time (a busy "
+                    "machine); starting it again from its checkpoint (%d of %d)",
+                    query.name,
+                    restarts[query.name],
+                    _MAX_RESTARTS,
+                )
+                stop.wait(2.0 * restarts[query.name])  # let the machine calm down
+                ctx.restart(query)
+                continue
+            raise PipelineFailed(f"query {query.name!r} failed: {text}")
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             log.info("pipeline: --duration reached, stopping")
             return
         if now >= next_progress:
             next_progress = now + settings.progress_interval_s
-            statuses = [query_status(q) for q in queries]
+            statuses = [query_status(q, totals) for q in ctx.queries]
             for status in statuses:
                 log.info("pipeline %s", _progress_line(status))
             if settings.status_file is not None:

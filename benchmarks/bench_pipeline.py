@@ -1,0 +1,237 @@
+"""Pipeline throughput and freshness, next to Spark's rate source running the same aggregation.
+
+One dev broker; everything measured in the same run:
+
+(a) reference: Spark's built-in `rate` source feeding the store-sales aggregation of the
+    point-of-sale pipeline (sum and count per store and 1-minute window, update mode,
+    RocksDB state store, local[2], 2 shuffle partitions) into the `noop` sink, in a child
+    process. Its throughput is the median processed rows/s of micro-batches fed far more
+    rows than they can take; its micro-batch duration is the median at the steady rate
+    used for freshness below, with the same trigger.
+(b) the example pipeline (`sparkiq run src/sparkiq/pos/pipeline.py`, its four queries) with
+    three serving nodes. Throughput: once it runs, N invoices are produced at once and timed
+    until every query has processed them (invoices per second through the whole pipeline).
+    Freshness: invoices produced at a steady rate; for each, the time from the broker's
+    acknowledgement until `GET /v1/tables/latest-invoice/keys/{customer}` on a serving node
+    shows it (or a later invoice of that customer); p50 and p99.
+
+Goals (issue 3): throughput >= 0.5 of the reference; freshness p99 <= 2x the reference's
+micro-batch duration.
+
+    .venv/bin/python benchmarks/bench_pipeline.py [--invoices 20000] [--rate 20] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from confluent_kafka import Message, Producer
+
+import sparkiq.pos.pipeline as pos_pipeline
+from sparkiq.broker import DevBroker
+from sparkiq.kafka.admin import create_topic
+from sparkiq.localcluster import LocalCluster
+from sparkiq.localpipeline import PipelineProcess
+from sparkiq.pos.generator import InvoiceGenerator, produce_invoices
+
+SOURCE = "pos"
+TRIGGER = "1 second"
+
+RATE_REFERENCE = r"""
+import json, statistics, sys, time
+from pyspark.sql import functions as F
+from sparkiq.spark.session import local_session
+
+rows_per_s, steady_rate, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+spark = local_session("bench-rate", master="local[2]", shuffle_partitions=2)
+
+def run(rate, checkpoint, duration):
+    df = (spark.readStream.format("rate").option("rowsPerSecond", rate).load()
+          .withColumn("store", F.concat(F.lit("STR"), (F.col("value") % 8).cast("string")))
+          .withColumn("amount", (F.col("value") % 1000).cast("decimal(12,2)"))
+          .withWatermark("timestamp", "10 minutes")
+          .groupBy("store", F.window("timestamp", "1 minute"))
+          .agg(F.sum("amount").alias("Sales"), F.count(F.lit(1)).alias("Invoices")))
+    q = (df.writeStream.format("noop").outputMode("update").trigger(processingTime="%s")
+         .option("checkpointLocation", checkpoint).start())
+    time.sleep(duration)
+    progress = [p for p in q.recentProgress if p.numInputRows > 0]
+    q.stop()
+    return progress[2:] or progress  # skip the warm-up batches
+
+saturated = run(rows_per_s, "/tmp/bench-rate-cp-%d-a" % time.time_ns(), seconds)
+steady = run(steady_rate, "/tmp/bench-rate-cp-%d-b" % time.time_ns(), seconds)
+print(json.dumps({
+    "throughput": statistics.median(p.processedRowsPerSecond for p in saturated),
+    "batch_ms": statistics.median(p.durationMs["triggerExecution"] for p in steady),
+    "batches": [len(saturated), len(steady)],
+}))
+spark.stop()
+""".replace("%s", TRIGGER, 1)
+
+
+def rate_reference(rows_per_s: int, steady_rate: int, seconds: float) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", RATE_REFERENCE, str(rows_per_s), str(steady_rate), str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+def wait(check: Any, what: str, timeout_s: float, pipeline: PipelineProcess) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if not pipeline.is_running():
+            raise SystemExit(f"pipeline exited; see {pipeline.log_path}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def throughput(pipeline: PipelineProcess, bootstrap: str, gen: InvoiceGenerator, n: int) -> float:
+    invoices = gen.invoices(n, start_ms=int(time.time() * 1000) - n * 5, step_ms=5)
+    produce_invoices(bootstrap, SOURCE, invoices)  # as fast as the producer goes
+    t0 = time.monotonic()
+    wait(lambda: pipeline.caught_up([SOURCE]), "the pipeline to catch up", 1800, pipeline)
+    # The status file is refreshed every second: take off half an interval on average.
+    elapsed = max(time.monotonic() - t0 - 0.5, 0.001)
+    return n / elapsed
+
+
+async def freshness(
+    bootstrap: str, url: str, gen: InvoiceGenerator, rate: float, seconds: float
+) -> list[float]:
+    """Seconds from produce acknowledgement to visibility through the HTTP API."""
+    acked: list[tuple[str, str, int, float]] = []  # customer, invoice, created, ack time
+    lock = threading.Lock()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    stop_at = time.monotonic() + seconds
+
+    def produce_loop() -> None:
+        i = 0
+        start = time.monotonic()
+        while time.monotonic() < stop_at:
+            inv = gen.invoice(int(time.time() * 1000))
+
+            def on_delivery(err: Any, _msg: Message, inv: dict[str, Any] = inv) -> None:
+                if err is None:
+                    with lock:
+                        acked.append(
+                            (
+                                inv["CustomerCardNo"],
+                                inv["InvoiceNumber"],
+                                inv["CreatedTime"],
+                                time.monotonic(),
+                            )
+                        )
+
+            producer.produce(
+                SOURCE,
+                key=inv["StoreID"].encode(),
+                value=orjson.dumps(inv),
+                on_delivery=on_delivery,
+            )
+            producer.poll(0)
+            i += 1
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        producer.flush(30)
+
+    thread = threading.Thread(target=produce_loop, daemon=True)
+    thread.start()
+    latencies: list[float] = []
+    async with aiohttp.ClientSession() as session:
+
+        async def probe(customer: str, number: str, created: int, acked_at: float) -> None:
+            deadline = acked_at + 60
+            while time.monotonic() < deadline:
+                async with session.get(f"{url}/v1/tables/latest-invoice/keys/{customer}") as r:
+                    if r.status == 200:
+                        value = orjson.loads(await r.read())["value"]
+                        if (value["CreatedTime"], value["InvoiceNumber"]) >= (created, number):
+                            latencies.append(time.monotonic() - acked_at)
+                            return
+                await asyncio.sleep(0.02)
+
+        tasks: list[asyncio.Task[None]] = []
+        seen = 0
+        while thread.is_alive() or seen < len(acked):
+            with lock:
+                new = acked[seen:]
+                seen = len(acked)
+            tasks += [asyncio.create_task(probe(*a)) for a in new]
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--invoices", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=20.0, help="invoices/s for freshness")
+    parser.add_argument("--seconds", type=float, default=60.0, help="freshness duration")
+    parser.add_argument("--rate-rows", type=int, default=20_000, help="rate source saturation")
+    args = parser.parse_args()
+
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    ref = rate_reference(args.rate_rows, int(args.rate), args.seconds)
+    print(f"rate source reference: {ref}", flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="sparkiq-bench-pipeline-"))
+    with DevBroker(log_path=work / "broker.log") as broker:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, SOURCE, 3)
+        gen = InvoiceGenerator(7)
+        produce_invoices(bootstrap, SOURCE, gen.invoices(200, start_ms=int(time.time() * 1000)))
+        pipeline = PipelineProcess(
+            pipeline_file=Path(pos_pipeline.__file__),
+            bootstrap_servers=bootstrap,
+            checkpoint_dir=work / "checkpoints",
+            log_path=work / "pipeline.log",
+            extra_args=["--trigger", TRIGGER],
+        ).start()
+        cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)
+        try:
+            wait(lambda: pipeline.status() is not None, "the queries", 600, pipeline)
+            cluster.start()
+            cluster.wait_ready(timeout_s=300)
+            wait(lambda: pipeline.caught_up([SOURCE]), "the first invoices", 600, pipeline)
+            rate = throughput(pipeline, bootstrap, gen, args.invoices)
+            print(f"pipeline throughput: {rate:,.0f} invoices/s", flush=True)
+            lat = asyncio.run(freshness(bootstrap, cluster.urls[0], gen, args.rate, args.seconds))
+        finally:
+            cluster.stop()
+            pipeline.stop()
+    lat.sort()
+    p50 = statistics.median(lat)
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    print(f"load average after: {os.getloadavg()}")
+    print(
+        f"\nthroughput: pipeline {rate:,.0f}/s vs rate source {ref['throughput']:,.0f}/s "
+        f"= {rate / ref['throughput']:.2f} (goal >= 0.5)"
+    )
+    print(
+        f"freshness over {len(lat)} invoices at {args.rate:g}/s: p50 {p50 * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms; rate-source micro-batch {ref['batch_ms']:.0f} ms -> "
+        f"p99 / batch = {p99 * 1000 / ref['batch_ms']:.2f} (goal <= 2)"
+    )
+
+
+if __name__ == "__main__":
+    main()
