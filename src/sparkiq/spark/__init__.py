@@ -22,9 +22,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparkiq.spark.options import FORMAT_NAME
 from sparkiq.spark.session import local_session, register_data_sources
 from sparkiq.spark.sink import KafkaBatchWriter, KafkaStreamWriter, SinkOptions
-from sparkiq.spark.source import FORMAT_NAME, SCHEMA, KafkaStreamReader, SourceOptions
+from sparkiq.spark.source import SCHEMA, KafkaStreamReader, SourceOptions
 
 __all__ = [
     "FORMAT_NAME",

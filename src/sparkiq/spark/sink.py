@@ -45,8 +45,13 @@ from pyspark.sql.types import (
 
 from sparkiq.errors import ConfigError, KafkaError
 from sparkiq.partitioner import partition_for
-
-FORMAT_NAME = "sparkiq-kafka"
+from sparkiq.spark.options import (
+    FORMAT_NAME,
+    bootstrap_servers,
+    librdkafka_settings,
+    lower_keys,
+    milliseconds_as_s,
+)
 
 # Kafka's Java default partitioner, bit for bit, for records without an explicit partition.
 _PRODUCER_CONF: Mapping[str, str | int | float | bool] = {
@@ -76,13 +81,8 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
-        opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ConfigError(
-                f"writing to {FORMAT_NAME} needs the option bootstrap.servers, e.g. "
-                ".option('bootstrap.servers', '127.0.0.1:9092')"
-            )
+        opts = lower_keys(options)
+        bootstrap = bootstrap_servers(opts, f"writing to {FORMAT_NAME}")
         columns = {f.name.lower(): f.dataType for f in schema.fields}
         _check_column(columns, "key", (BinaryType, StringType), required=False)
         _check_column(columns, "value", (BinaryType, StringType), required=True)
@@ -104,17 +104,7 @@ class SinkOptions:
             raise ConfigError(f"windowedKeys must be true or false, got {windowed!r}")
         if windowed == "true" and "key" not in columns:
             raise ConfigError("windowedKeys=true needs a key column (key bytes + 8-byte start)")
-        try:
-            flush_timeout_s = float(opts.get("flushtimeoutms", "120000")) / 1000.0
-        except ValueError as exc:
-            raise ConfigError("flushTimeoutMs must be a number of milliseconds") from exc
-        kafka_config = tuple(
-            sorted(
-                (k.removeprefix("kafka."), v)
-                for k, v in opts.items()
-                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-            )
-        )
+        flush_timeout_s = milliseconds_as_s(opts, "flushTimeoutMs", 120_000)
         return cls(
             bootstrap_servers=bootstrap,
             topic=topic,
@@ -124,7 +114,7 @@ class SinkOptions:
             has_headers=headers is not None,
             windowed_keys=windowed == "true",
             flush_timeout_s=flush_timeout_s,
-            kafka_config=kafka_config,
+            kafka_config=librdkafka_settings(opts),
         )
 
 

@@ -54,8 +54,13 @@ from pyspark.sql.types import (
 
 from sparkiq.errors import ConfigError, KafkaError, TopicNotFoundError
 from sparkiq.kafka.offsets import true_end_offsets, watermarks
-
-FORMAT_NAME = "sparkiq-kafka"
+from sparkiq.spark.options import (
+    FORMAT_NAME,
+    bootstrap_servers,
+    librdkafka_settings,
+    lower_keys,
+    milliseconds_as_s,
+)
 
 HEADER_TYPE = StructType(
     [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
@@ -115,14 +120,8 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        # Spark hands options over case-insensitively (keys lower-cased).
-        opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise ConfigError(
-                f"{FORMAT_NAME} needs the option bootstrap.servers, e.g. "
-                ".option('bootstrap.servers', '127.0.0.1:9092')"
-            )
+        opts = lower_keys(options)
+        bootstrap = bootstrap_servers(opts, FORMAT_NAME)
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
         if not topics:
             raise ConfigError(
@@ -142,24 +141,14 @@ class SourceOptions:
                     f"maxOffsetsPerTrigger must be a positive integer, got "
                     f"{opts['maxoffsetspertrigger']!r}"
                 )
-        try:
-            poll_timeout_s = float(opts.get("polltimeoutms", "60000")) / 1000.0
-        except ValueError as exc:
-            raise ConfigError("pollTimeoutMs must be a number of milliseconds") from exc
-        kafka_config = tuple(
-            sorted(
-                (k.removeprefix("kafka."), v)
-                for k, v in opts.items()
-                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-            )
-        )
+        poll_timeout_s = milliseconds_as_s(opts, "pollTimeoutMs", 60_000)
         return cls(
             bootstrap_servers=bootstrap,
             topics=topics,
             starting_offsets=starting,
             max_offsets_per_trigger=max_per_trigger,
             poll_timeout_s=poll_timeout_s,
-            kafka_config=kafka_config,
+            kafka_config=librdkafka_settings(opts),
         )
 
 
