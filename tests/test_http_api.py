@@ -172,7 +172,8 @@ async def test_restoring_partition_is_503_with_retry_after_after_budget(
     client: httpx.AsyncClient, view: StaticView
 ) -> None:
     partition = put_value(view, USERS, "user-01", {"n": 1})
-    view.set_placement((USERS.topic, partition), ME, ready=False)
+    # Restoring and far behind: too far to stand in for the active (standby_max_lag 10,000).
+    view.set_placement((USERS.topic, partition), ME, ready=False, lag=50_000)
     loop = asyncio.get_running_loop()
     started = loop.time()
     r = await client.get("/v1/tables/users/keys/user-01")

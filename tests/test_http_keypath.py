@@ -154,7 +154,8 @@ async def test_restoring_partition_is_503_with_retry_after(
     api: HttpApi, client: httpx.AsyncClient, view: StaticView
 ) -> None:
     partition = partition_for(b"user-05", USERS.partitions)
-    view.set_placement((USERS.topic, partition), ME, ready=False)
+    # Restoring and too far behind to stand in for the active.
+    view.set_placement((USERS.topic, partition), ME, ready=False, lag=50_000)
     loop = asyncio.get_running_loop()
     started = loop.time()
     r = await client.get("/v1/tables/users/keys/user-05")

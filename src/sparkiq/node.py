@@ -50,6 +50,10 @@ class Node:
         self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
         self._started_at = time.time()
+        # (position, end) of each local replica when first seen, and the replicas whose lag has
+        # since been measured against a real end (see `_lag_known`).
+        self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
+        self._lag_measured: set[TopicPartition] = set()
         self.registry = StoreRegistry(settings.state_dir)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -90,14 +94,17 @@ class Node:
         ready = False
         offset: int | None = None
         lag: int | None = None
+        known = True
         if status is not None:
             offset, lag = status.position, status.lag
             if status.state is ReplicaState.ACTIVE:
                 role, ready = ReplicaRole.ACTIVE, True
-            elif status.state is ReplicaState.RESTORING:
-                role = ReplicaRole.ACTIVE
             else:
-                role, ready = ReplicaRole.STANDBY, True
+                known = self._lag_known(tp, status.position, status.end)
+                if status.state is ReplicaState.RESTORING:
+                    role = ReplicaRole.ACTIVE
+                else:
+                    role, ready = ReplicaRole.STANDBY, True
         if owners is None:
             return Placement(
                 tp=tp,
@@ -106,6 +113,7 @@ class Node:
                 local_ready=ready,
                 local_offset=offset,
                 local_lag=lag,
+                local_lag_known=known,
             )
         return Placement(
             tp=tp,
@@ -115,7 +123,24 @@ class Node:
             local_ready=ready,
             local_offset=offset,
             local_lag=lag,
+            local_lag_known=known,
         )
+
+    def _lag_known(self, tp: TopicPartition, position: int, end: int) -> bool:
+        """Whether a standby's or restoring replica's lag is measured against a real end.
+
+        A replica starts with its end equal to its position (lag 0) until the restorer has
+        fetched or measured the changelog; until its position or end has moved since it was
+        first seen, its lag says nothing, and it must not answer for the active. (A replica
+        that is caught up on a partition nobody writes stays unknown: it just never stands in.)
+        """
+        if tp in self._lag_measured:
+            return True
+        first = self._first_seen.get(tp)
+        if first is None or first == (position, end) or end == 0:
+            return False
+        self._lag_measured.add(tp)
+        return True
 
     def store(self, tp: TopicPartition) -> PartitionStore | None:
         return self.restorer.store(tp)
@@ -150,6 +175,11 @@ class Node:
                     "active": owners.active,
                     "standbys": list(owners.standbys),
                     "warming": list(owners.warming),
+                    "lags": {
+                        url: lag
+                        for url in (owners.active, *owners.standbys, *owners.warming)
+                        if url and (lag := self._map.nodes.get(url, {}).get((topic, p))) is not None
+                    },
                 }
             )
             entry: list[object] = [table.name, p]
@@ -294,8 +324,19 @@ class Node:
         )
 
     def _notify(self) -> None:
+        self._track_replicas()
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _track_replicas(self) -> None:
+        """Note where each newly assigned local replica started; forget unassigned ones."""
+        statuses = self.restorer.statuses()
+        for tp in [tp for tp in self._first_seen if tp not in statuses]:
+            del self._first_seen[tp]
+            self._lag_measured.discard(tp)
+        for tp, st in statuses.items():
+            if tp not in self._first_seen:
+                self._first_seen[tp] = (st.position, st.end)
 
     def _notify_threadsafe(self) -> None:
         loop = self._loop

@@ -26,6 +26,8 @@ def http_settings(settings: NodeSettings) -> HttpSettings:
         hop_limit=settings.hop_limit,
         max_key_bytes=settings.max_key_bytes,
         max_body_bytes=settings.max_body_bytes,
+        standby_max_lag=settings.standby_max_lag,
+        active_timeout_s=settings.active_timeout_s,
     )
 
 

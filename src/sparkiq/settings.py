@@ -62,6 +62,18 @@ class NodeSettings(BaseSettings):
         description="How long a request may wait for a restoring or moving partition before "
         "answering 503 with Retry-After.",
     )
+    standby_max_lag: int = Field(
+        10_000,
+        ge=0,
+        description="When a partition's active cannot answer a read (down, timed out, "
+        "restoring), a standby at most this many offsets behind answers instead; a request's "
+        "max_lag=N sets its own bound.",
+    )
+    active_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        description="How long a read waits for the active's answer before asking a standby.",
+    )
     hop_limit: int = Field(
         3, ge=1, description="Most times one request may be forwarded between nodes."
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkiq.errors import FormatError
-from sparkiq.http import fanout
+from sparkiq.http import failover, fanout
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.keypath import KeyPath, read_key
 from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
@@ -43,7 +43,7 @@ from sparkiq.http.responses import (
     failure_response,
     json_response,
 )
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER, HttpSettings
+from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView
 from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
@@ -92,7 +92,7 @@ class HttpApi:
         self.forwarder = forwarder or PoolForwarder(self.settings.pool_per_host)
         self.metrics = metrics or HttpMetrics()
         self.locator = Locator(view, self.settings, self.forwarder)
-        lag = ("max_lag",)
+        lag = ("max_lag", FALLBACK_PARAM)
         self._key_endpoint = _Endpoint("key", "GET", frozenset(lag), self._get_key)
         self._table_endpoints = {
             "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
@@ -222,6 +222,16 @@ class HttpApi:
         if isinstance(max_lag, Failure):
             return max_lag
         call.max_lag = max_lag
+        if FALLBACK_PARAM in params:
+            if call.hops == 0:
+                return Failure(
+                    FailureReason.BAD_REQUEST,
+                    f"{FALLBACK_PARAM} is internal to sparkiq nodes; use max_lag instead",
+                )
+            fallback_lag = int_param(params, FALLBACK_PARAM, None, 0)
+            if isinstance(fallback_lag, Failure):
+                return fallback_lag
+            call.fallback_lag = fallback_lag
         return call
 
     def _unknown_table(self, name: str) -> Failure:
@@ -261,24 +271,11 @@ class HttpApi:
     ) -> Answer:
         """A single-partition GET: `read` a local replica, or the owner's answer as it is.
 
-        Waits (within the call's budget) while no replica can answer, and asks an owner that
-        could not be reached again after a pause while the budget lasts. `found` is what
-        `locator.resolve` just said for `tp`, if the caller asked already.
+        Waits (within the call's budget) while no replica can answer; when the active cannot
+        answer, a standby within the call's lag bound does (`failover.answer_single`).
+        `found` is what `locator.resolve` just said for `tp`, if the caller asked already.
         """
-        while True:
-            if found is None or isinstance(found, Failure):
-                found = await self.locator.locate(tp, call)
-                if isinstance(found, Failure):
-                    return failed(found)
-            if isinstance(found, LocalReplica):
-                return read(found)
-            answer = await self.locator.forward(found, "GET", call.target, None, call)
-            found = None
-            if answer is None:
-                continue
-            if isinstance(answer, Failure):
-                return failed(answer)
-            return answer, Outcome.FORWARDED
+        return await failover.answer_single(self, tp, call, read, found)
 
     # -- windows of one key ------------------------------------------------------------------
 

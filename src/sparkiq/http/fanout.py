@@ -93,11 +93,12 @@ async def multi_get(
     render_value = value_codec.render
     pending = dict(by_tp)
     last_why = ""
+    failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
     while pending:
         remote: dict[str, list[TopicPartition]] = defaultdict(list)
         waiting: dict[TopicPartition, list[int]] = {}
         for tp, indices in pending.items():
-            found = api.locator.resolve(tp, call.max_lag)
+            found = api.locator.resolve_or_stand_in(tp, call, active_failed=tp in failed_actives)
             if isinstance(found, LocalReplica):
                 got = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
                 for i, value in zip(indices, got, strict=True):
@@ -125,9 +126,11 @@ async def multi_get(
             )
             for url, answer in zip(urls, answers, strict=True):
                 indices = [i for tp in remote[url] for i in pending[tp]]
-                if answer is None:  # unreachable: try these partitions again after a pause
+                if answer is None or (isinstance(answer, Response) and answer.status == 503):
+                    # Try these partitions again after a pause, from a local stand-in if any.
                     waiting.update((tp, pending[tp]) for tp in remote[url])
-                    last_why = f"owner {url} is unreachable"
+                    failed_actives.update(remote[url])
+                    last_why = f"owner {url} is unreachable or unavailable"
                     continue
                 if isinstance(answer, Failure):
                     return _fail(answer)
@@ -189,11 +192,12 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
     outcomes: set[Outcome] = set()
     pending = [(table.topic, p) for p in parts]
     last_why = ""
+    failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
     while pending:
         remote: dict[str, list[TopicPartition]] = defaultdict(list)
         waiting: list[TopicPartition] = []
         for tp in pending:
-            found = api.locator.resolve(tp, call.max_lag)
+            found = api.locator.resolve_or_stand_in(tp, call, active_failed=tp in failed_actives)
             if isinstance(found, LocalReplica):
                 rows = found.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=fetch)
                 collected.extend(_render_rows(table, rows))
@@ -209,9 +213,10 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
                 *(_ask_range(api, url, table, params, remote[url], fetch, call) for url in urls)
             )
             for url, answer in zip(urls, answers, strict=True):
-                if answer is None:
+                if answer is None or (isinstance(answer, Response) and answer.status == 503):
                     waiting.extend(remote[url])
-                    last_why = f"owner {url} is unreachable"
+                    failed_actives.update(remote[url])
+                    last_why = f"owner {url} is unreachable or unavailable"
                     continue
                 if isinstance(answer, Failure):
                     return _fail(answer)

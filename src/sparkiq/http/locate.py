@@ -3,7 +3,9 @@
 `Call` is what one request carries through the layer (hops so far, deadline, max_lag, its
 path for forwarding). `Locator` turns a partition into a readable local replica, an owner URL
 to forward to, or a `Failure`: it waits on the view's change signal while no replica can
-answer, and gives up with UNAVAILABLE (503 + Retry-After) when the budget runs out.
+answer, and gives up with UNAVAILABLE (503 + Retry-After) when the budget runs out. When the
+active cannot answer, `stand_in` and `standby_urls` name the replicas that may answer instead
+(within the call's lag bound).
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ from dataclasses import dataclass
 
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.responses import Response
-from sparkiq.http.routing import RouteKind, route
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER, HttpSettings
+from sparkiq.http.routing import RouteKind, may_stand_in, route, standby_urls
+from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView, ReadableStore
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.topology import TopicPartition
 
 # Wait at most this long on the view between looks at the placement, so a change signal
 # that slipped past (a view updated from another thread) costs a fraction of the budget.
-_RECHECK_S = 0.25
+RECHECK_S = 0.25
 
 
 @dataclass(slots=True)
@@ -33,9 +35,21 @@ class Call:
     budget_s: float  # the budget it started with, for messages
     max_lag: int | None  # a standby within this many offsets may answer
     target: str  # raw path + query, as forwarded
+    # Set on a read another node sends after its active failed: answer from this node's own
+    # replica within this many offsets, or 503 at once (never forward, never wait).
+    fallback_lag: int | None = None
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
+
+    def stand_in_bound(self, settings: HttpSettings) -> int:
+        """How far behind a replica answering for a failed active may be."""
+        return settings.standby_max_lag if self.max_lag is None else self.max_lag
+
+
+def fallback_target(target: str, bound: int) -> str:
+    """`target` with the internal parameter that asks a standby to answer from its replica."""
+    return f"{target}{'&' if '?' in target else '?'}{FALLBACK_PARAM}={bound}"
 
 
 def new_call(
@@ -98,14 +112,30 @@ class Locator:
             )
         return LocalReplica(store, placement.local_offset, kind is RouteKind.STANDBY)
 
-    async def locate(self, tp: TopicPartition, call: Call) -> LocalReplica | str | Failure:
-        """Like `resolve`, but waits for a change while nobody can answer, up to the deadline."""
-        while True:
-            found = self.resolve(tp, call.max_lag)
-            if not isinstance(found, Failure):
-                return found
-            if not await self.wait(call, _RECHECK_S):
-                return self.gave_up(call, found.message)
+    def stand_in(self, tp: TopicPartition, bound: int) -> LocalReplica | None:
+        """This node's replica, if it may answer for an active that cannot (see routing)."""
+        placement = self.view.placement(tp)
+        if placement.is_local_active or not may_stand_in(placement, bound):
+            return None
+        store = self.view.store(tp)
+        if store is None:
+            return None
+        return LocalReplica(store, placement.local_offset, True)
+
+    def standby_urls(self, tp: TopicPartition) -> tuple[str, ...]:
+        """Other nodes that follow `tp` as standbys (or warm up on it)."""
+        return standby_urls(self.view.placement(tp), self.view.url)
+
+    def resolve_or_stand_in(
+        self, tp: TopicPartition, call: Call, *, active_failed: bool = False
+    ) -> LocalReplica | str | Failure:
+        """`resolve`, but a local replica within the call's bound stands in for an active
+        that cannot answer (`active_failed`: it was just unreachable or answered 503)."""
+        found = self.resolve(tp, call.max_lag)
+        if isinstance(found, LocalReplica) or (isinstance(found, str) and not active_failed):
+            return found
+        local = self.stand_in(tp, call.stand_in_bound(self.settings))
+        return found if local is None else local
 
     async def wait(self, call: Call, at_most_s: float) -> bool:
         """Wait for the view to change (at most `at_most_s`); False once the budget is spent."""
@@ -133,13 +163,31 @@ class Locator:
         self, url: str, method: str, target: str, body: bytes | None, call: Call
     ) -> Response | Failure | None:
         """Ask the owner once. None = unreachable and worth another try after a pause."""
-        if call.hops >= self.settings.hop_limit:
-            return self.loop_detected(call, url)
-        result = await self.forwarder.send(
-            url, method, target, body, hops=call.hops, budget_s=max(call.remaining(), 0.001)
-        )
+        result = await self.ask(url, method, target, body, call)
         if isinstance(result, Unreachable):
             if await self.wait(call, self.settings.reconnect_pause_s):
                 return None
             return self.gave_up(call, f"owner {url} is unreachable ({result.message})")
         return result
+
+    async def ask(
+        self,
+        url: str,
+        method: str,
+        target: str,
+        body: bytes | None,
+        call: Call,
+        at_most_s: float | None = None,
+    ) -> Response | Failure | Unreachable:
+        """Send once, waiting at most `at_most_s` (default: the rest of the budget).
+
+        LOOP_DETECTED past the hop limit; `Unreachable` when no answer came in time.
+        """
+        if call.hops >= self.settings.hop_limit:
+            return self.loop_detected(call, url)
+        budget_s = max(call.remaining(), 0.001)
+        if at_most_s is not None:
+            budget_s = min(budget_s, at_most_s)
+        return await self.forwarder.send(
+            url, method, target, body, hops=call.hops, budget_s=budget_s
+        )

@@ -39,6 +39,7 @@ def route(placement: Placement, *, self_url: str, max_lag: int | None) -> Route:
         max_lag is not None
         and placement.local_role is ReplicaRole.STANDBY
         and placement.local_ready
+        and placement.local_lag_known
         and placement.local_lag is not None
         and placement.local_lag <= max_lag
     ):
@@ -54,3 +55,22 @@ def route(placement: Placement, *, self_url: str, max_lag: int | None) -> Route:
             RouteKind.WAIT, reason=f"partition {partition} of {topic} is restoring on {active}"
         )
     return Route(RouteKind.FORWARD, url=active)
+
+
+def may_stand_in(placement: Placement, bound: int) -> bool:
+    """Whether this node's replica may answer for an active that cannot (down, restoring).
+
+    A standby, or a replica given the active role that is still restoring, whose lag is
+    measured against a real end and is at most `bound` offsets.
+    """
+    return (
+        placement.local_role is not None
+        and placement.local_lag_known
+        and placement.local_lag is not None
+        and placement.local_lag <= bound
+    )
+
+
+def standby_urls(placement: Placement, self_url: str) -> tuple[str, ...]:
+    """The other nodes that follow `placement.tp` without being its active, in map order."""
+    return tuple(u for u in placement.standbys if u != self_url and u != placement.active)

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 from sparkiq.errors import ConfigError
 
+# Internal query parameter of a read forwarded to a standby after its active failed: answer
+# from this node's own replica if it is at most this many offsets behind, else 503 at once.
+# Accepted only together with the hops header (i.e. from another node).
+FALLBACK_PARAM = "fallback_lag"
+
 # Request headers that travel between nodes.
 HOPS_HEADER = "x-sparkiq-hops"  # how many nodes forwarded this request so far
 BUDGET_HEADER = "x-sparkiq-budget-ms"  # what is left of the first node's budget
@@ -35,6 +40,13 @@ class HttpSettings:
     # Pause before asking again an owner that refused the connection: the cluster map may
     # still name a node that died until the group notices, so do not spin on it.
     reconnect_pause_s: float = 0.05
+    # A standby (or a promoted replica still restoring) may answer a read whose active cannot
+    # (refused, timed out, restoring, 503) if it is at most this many offsets behind the
+    # changelog end; a request's `max_lag=N` sets the bound instead.
+    standby_max_lag: int = 10_000
+    # How long one attempt waits for the active's answer before a standby is asked; the
+    # active is asked again (within the budget) if no standby can answer.
+    active_timeout_s: float = 1.0
     # Range pages: default and largest `limit`.
     default_range_limit: int = 100
     max_range_limit: int = 1000
@@ -46,6 +58,10 @@ class HttpSettings:
     def __post_init__(self) -> None:
         if self.budget_s <= 0:
             raise ConfigError(f"budget_s must be > 0, got {self.budget_s}")
+        if self.standby_max_lag < 0:
+            raise ConfigError(f"standby_max_lag must be >= 0, got {self.standby_max_lag}")
+        if self.active_timeout_s <= 0:
+            raise ConfigError(f"active_timeout_s must be > 0, got {self.active_timeout_s}")
         if self.hop_limit < 1:
             raise ConfigError(f"hop_limit must be >= 1, got {self.hop_limit}")
         if self.max_key_bytes < 1 or self.max_body_bytes < 1:

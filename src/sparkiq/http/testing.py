@@ -98,6 +98,7 @@ class StaticView:
         ready: bool = True,
         offset: int | None = 0,
         lag: int | None = 0,
+        lag_known: bool = True,
     ) -> None:
         """Who holds `tp`; this node's role follows from its URL in active/standbys."""
         role = None
@@ -113,6 +114,7 @@ class StaticView:
             local_ready=ready and role is not None,
             local_offset=offset if role is not None else None,
             local_lag=lag if role is not None else None,
+            local_lag_known=lag_known,
         )
         if store is not None:
             self._stores[tp] = store

@@ -27,6 +27,10 @@ class Placement:
     local_ready: bool = False  # True once the local replica has restored (may serve)
     local_offset: int | None = None  # next changelog offset the local replica will apply
     local_lag: int | None = None  # offsets behind the changelog end
+    # False while local_lag is measured against no real end yet (a replica just assigned has
+    # not fetched: its lag reads 0 whatever the changelog holds); such a replica never
+    # answers in place of the active.
+    local_lag_known: bool = True
 
     @property
     def is_local_active(self) -> bool:

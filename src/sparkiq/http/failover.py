@@ -1,0 +1,113 @@
+"""Single-partition reads that survive a failed active: the locate/ask/stand-in loop.
+
+`answer_single` is how every single-partition read (a key, the windows of a key) is answered
+when this node's own active replica cannot do it at once:
+
+1. the active is another node: ask it, waiting at most `active_timeout_s` of the budget;
+   its answer (anything but a 503) is passed through as it is;
+2. the active cannot answer -- refused, broken or slow connection, a 503 (restoring), no
+   active in the map, or this node's own active replica still restoring: a replica within the
+   call's lag bound answers instead (`max_lag=N` if the request gave one, else
+   `standby_max_lag`): this node's own standby or restoring replica first, then each other
+   standby, asked with the internal `fallback_lag` parameter (answer from your replica or 503
+   at once, never forward);
+3. nobody could: pause (a moment for an unreachable node, a change of the view otherwise)
+   and start again, until the budget is spent (503 + Retry-After).
+
+Answers from a stand-in say `"standby": true` and the changelog offset their replica had
+reached, like every read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sparkiq.http.forward import Unreachable
+from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, fallback_target
+from sparkiq.http.responses import Answer, Outcome, Response, failed
+from sparkiq.queries import Failure, FailureReason
+from sparkiq.topology import TopicPartition
+
+if TYPE_CHECKING:
+    from sparkiq.http.api import HttpApi
+
+Read = Callable[[LocalReplica], Answer]
+
+
+async def answer_single(
+    api: HttpApi,
+    tp: TopicPartition,
+    call: Call,
+    read: Read,
+    found: LocalReplica | str | Failure | None = None,
+) -> Answer:
+    """Answer a read of `tp`; `found` is what `locator.resolve` just said, if asked already."""
+    if call.fallback_lag is not None:
+        return answer_as_stand_in(api, tp, call.fallback_lag, read)
+    locator = api.locator
+    settings = api.settings
+    while True:
+        if found is None:
+            found = locator.resolve(tp, call.max_lag)
+        pause = RECHECK_S
+        if isinstance(found, LocalReplica):
+            return read(found)
+        if isinstance(found, str):
+            answer = await locator.ask(
+                found, "GET", call.target, None, call, settings.active_timeout_s
+            )
+            if isinstance(answer, Response) and answer.status != 503:
+                return answer, Outcome.FORWARDED
+            if isinstance(answer, Failure):
+                return failed(answer)  # past the hop limit
+            if isinstance(answer, Unreachable):
+                why = f"active {found} is unreachable ({answer.message})"
+                pause = settings.reconnect_pause_s
+            else:
+                why = f"active {found} answered 503"
+        else:
+            why = found.message
+        stand_in = await _ask_stand_ins(api, tp, call, read)
+        if stand_in is not None:
+            return stand_in
+        if not await locator.wait(call, pause):
+            return failed(locator.gave_up(call, why))
+        found = None
+
+
+async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Read) -> Answer | None:
+    """A replica within the call's bound answers for the active: local first, then others."""
+    bound = call.stand_in_bound(api.settings)
+    local = api.locator.stand_in(tp, bound)
+    if local is not None:
+        return read(local)
+    target = fallback_target(call.target, bound)
+    for url in api.locator.standby_urls(tp):
+        if call.remaining() <= 0:
+            return None
+        answer = await api.locator.ask(
+            url, "GET", target, None, call, api.settings.active_timeout_s
+        )
+        if isinstance(answer, Response) and answer.status != 503:
+            return answer, Outcome.FORWARDED
+    return None
+
+
+def answer_as_stand_in(api: HttpApi, tp: TopicPartition, bound: int, read: Read) -> Answer:
+    """Asked by another node in place of a failed active: this node's replica or 503 now."""
+    found = api.locator.resolve(tp, bound)
+    if isinstance(found, LocalReplica):
+        return read(found)
+    local = api.locator.stand_in(tp, bound)
+    if local is not None:
+        return read(local)
+    topic, partition = tp
+    return failed(
+        Failure(
+            FailureReason.UNAVAILABLE,
+            f"{api.view.url} has no replica of partition {partition} of {topic} within "
+            f"{bound} offsets of the end",
+            retry_after_s=float(api.settings.retry_after_s),
+        )
+    )
