@@ -2,15 +2,19 @@
 
 The client reads `GET /v1/metadata` from any node, computes a key's partition with Kafka's
 partitioner (as the nodes do) and sends the request to that partition's active node. When
-the map is stale (the node is gone, answers 503, or has moved the partition) it refreshes the
-map and falls back to any node, which forwards. Errors are `ClientError`.
+the active cannot answer (refused, timed out, 502/503/504) it asks the partition's standbys
+next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max_lag`), so
+a standby answers from its own replica; then any node, which forwards or stands in itself.
+It goes round that list, refreshing the map at most once a second, until its budget is
+spent; only then does a request fail. Errors are `ClientError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -31,6 +35,7 @@ _RETRYABLE = frozenset({502, 503, 504})
 class _Routes:
     tables: dict[str, TableDef] = field(default_factory=dict)
     active: dict[tuple[str, int], str] = field(default_factory=dict)
+    standbys: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
     fetched_at: float = 0.0
 
@@ -53,6 +58,7 @@ class Client:
         timeout_s: float = 5.0,
         budget_s: float = 10.0,
         max_lag: int | None = None,
+        standby_max_lag: int = 10_000,
         refresh_interval_s: float = 30.0,
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -62,6 +68,9 @@ class Client:
         self._seeds = [u.rstrip("/") for u in seeds]
         self._budget_s = budget_s
         self._max_lag = max_lag
+        self._standby_max_lag = standby_max_lag
+        self._timeout_s = timeout_s
+        self._refreshed_at = 0.0
         self._refresh_interval_s = refresh_interval_s
         self._http = httpx.Client(timeout=timeout_s, headers=headers)
         self._routes = _Routes(nodes=list(self._seeds))
@@ -191,25 +200,37 @@ class Client:
             for p in meta.get("partitions", [])
             if p.get("active")
         }
+        standbys = {
+            (p["table"], int(p["partition"])): [*p.get("standbys", []), *p.get("warming", [])]
+            for p in meta.get("partitions", [])
+        }
         nodes = sorted({n["url"] for n in meta.get("nodes", [])} | set(self._seeds))
-        return _Routes(tables=tables, active=active, nodes=nodes, fetched_at=time.monotonic())
+        return _Routes(
+            tables=tables,
+            active=active,
+            standbys=standbys,
+            nodes=nodes,
+            fetched_at=time.monotonic(),
+        )
 
-    def _owner_url(self, table: str, key_text: str) -> str | None:
+    def _replicas(self, table: str, key_text: str) -> tuple[str | None, list[str]]:
+        """The active's URL (None if unknown) and the standbys' URLs of a key's partition."""
         routes = self._routes
         if time.monotonic() - routes.fetched_at > self._refresh_interval_s:
             try:
                 self.refresh()
             except ClientError:
-                return None
+                return None, []
             routes = self._routes
         tdef = routes.tables.get(table)
         if tdef is None or tdef.key_format is Format.AVRO:
-            return None
+            return None, []
         try:
             wire = key_codec(tdef).parse_text(key_text)
         except FormatError:
-            return None  # let a node answer with the precise 400
-        return routes.active.get((table, partition_for(wire, tdef.partitions)))
+            return None, []  # let a node answer with the precise 400
+        tp = (table, partition_for(wire, tdef.partitions))
+        return routes.active.get(tp), routes.standbys.get(tp, [])
 
     def _candidates(self) -> list[str]:
         nodes = self._routes.nodes or self._seeds
@@ -226,8 +247,12 @@ class Client:
         params: dict[str, str] | None = None,
         absent_ok: bool = False,
     ) -> dict[str, Any] | None:
-        owner = self._owner_url(table, key_text)
-        return self._send(method, path, first=owner, params=params, absent_ok=absent_ok)
+        def plan() -> list[tuple[str, bool]]:
+            active, standbys = self._replicas(table, key_text)
+            first = [(active, False)] if active else []
+            return _dedupe(first + [(u, True) for u in standbys if u != active] + self._anyone())
+
+        return self._send(method, path, plan, params=params, absent_ok=absent_ok)
 
     def _request_any(
         self,
@@ -237,36 +262,60 @@ class Client:
         params: dict[str, str] | None = None,
         json_body: object | None = None,
     ) -> dict[str, Any]:
-        answer = self._send(method, path, first=None, params=params, json_body=json_body)
+        answer = self._send(method, path, self._anyone, params=params, json_body=json_body)
         assert answer is not None
         return answer
+
+    def _anyone(self) -> list[tuple[str, bool]]:
+        return [(url, False) for url in self._candidates()]
 
     def _send(
         self,
         method: str,
         path: str,
+        plan: Callable[[], list[tuple[str, bool]]],
         *,
-        first: str | None,
         params: dict[str, str] | None = None,
         json_body: object | None = None,
         absent_ok: bool = False,
     ) -> dict[str, Any] | None:
+        """Ask the nodes of `plan()` (URL, is a standby) in turn until one answers.
+
+        A standby is asked with `max_lag` (the caller's, else `standby_max_lag`) so it
+        answers from its own replica. Refused or broken connections, timeouts and
+        502/503/504 move on to the next node; after a round the map is refreshed (at most
+        once a second) and the round starts again after a short pause, until the budget is
+        spent.
+        """
         query = dict(params or {})
         if self._max_lag is not None:
             query["max_lag"] = str(self._max_lag)
+        standby_query = dict(query)
+        standby_query.setdefault("max_lag", str(self._standby_max_lag))
         content = orjson.dumps(json_body) if json_body is not None else None
         headers = {"content-type": "application/json"} if content is not None else None
         deadline = time.monotonic() + self._budget_s
-        refreshed = False
         last = "no node tried"
-        order = ([first] if first else []) + self._candidates()
+        order = plan()
         attempt = 0
         while True:
-            url = order[attempt % len(order)]
+            if attempt and attempt % len(order) == 0:
+                # A whole round failed: a fresher map, then a short pause before the next.
+                self._refresh_soon()
+                order = plan()
+                attempt = 0
+                time.sleep(min(0.1, max(deadline - time.monotonic(), 0.0)))
+            url, is_standby = order[attempt % len(order)]
             attempt += 1
+            remaining = deadline - time.monotonic()
             try:
                 resp = self._http.request(
-                    method, url + path, params=query, content=content, headers=headers
+                    method,
+                    url + path,
+                    params=standby_query if is_standby else query,
+                    content=content,
+                    headers=headers,
+                    timeout=max(min(self._timeout_s, remaining), 0.05),
                 )
             except httpx.HTTPError as exc:
                 last = f"{url}: {exc.__class__.__name__} {exc}"
@@ -284,16 +333,26 @@ class Client:
                 raise ClientError(
                     f"no answer within {self._budget_s:.1f}s for {method} {path}; last: {last}"
                 )
-            if not refreshed:
-                refreshed = True
-                try:
-                    self.refresh()
-                    order = self._candidates()
-                    attempt = 0
-                except ClientError:
-                    pass
-            else:
-                time.sleep(0.1)
+
+    def _refresh_soon(self) -> None:
+        """Refresh the map unless that was done less than a second ago."""
+        now = time.monotonic()
+        if now - self._refreshed_at < 1.0:
+            return
+        self._refreshed_at = now
+        with contextlib.suppress(ClientError):
+            self.refresh()
+
+
+def _dedupe(order: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Each URL once, where it first appears."""
+    seen: set[str] = set()
+    out: list[tuple[str, bool]] = []
+    for url, is_standby in order:
+        if url not in seen:
+            seen.add(url)
+            out.append((url, is_standby))
+    return out
 
 
 def _error_of(resp: httpx.Response) -> tuple[str, str]:
