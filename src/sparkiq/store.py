@@ -16,7 +16,7 @@ The checkpoint and table definition live in their own column family so no store 
 collide with them and scans never see them.
 
 A write may skip RocksDB's write-ahead log (`write(..., wal=False)`, used while a partition is
-restoring and not served). Such writes reach disk only when the memtables are flushed, and
+restoring). Reads see it at once; it reaches disk only when the memtables are flushed, and
 data and checkpoint are lost together if the process dies before that: the store then
 reopens at the last checkpoint that was flushed (or written with the WAL) and the restore
 replays the rest from Kafka. The checkpoint on disk is never ahead of the data on disk:

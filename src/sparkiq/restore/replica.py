@@ -71,10 +71,11 @@ class Replica:
     def wal(self) -> bool:
         """Whether writes go through RocksDB's write-ahead log.
 
-        Not while RESTORING: the store is not served yet and a crash loses data and
-        checkpoint together, so the restore resumes from the last flushed checkpoint. The
-        store flushes before the next write that uses the WAL, and `check_caught_up` flushes
-        before declaring the partition ACTIVE.
+        Not while RESTORING: reads see those writes all the same (they are in the memtable);
+        only durability waits, and a crash loses data and checkpoint together, so the restore
+        resumes from the last flushed checkpoint. The store flushes before the next write
+        that uses the WAL, and `check_caught_up` flushes before declaring the partition
+        ACTIVE.
         """
         return self.state is not ReplicaState.RESTORING
 
