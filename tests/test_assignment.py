@@ -335,3 +335,20 @@ def test_negative_settings_are_rejected() -> None:
         assign({}, {}, standby_replicas=-1, acceptable_lag=0)
     with pytest.raises(ConfigError, match="acceptable_lag"):
         assign({}, {}, standby_replicas=0, acceptable_lag=-1)
+
+
+def test_a_node_back_from_a_restart_warms_up_the_partitions_it_has_stores_of() -> None:
+    urls = [url(0), url(1), url(2)]
+    partitions = {"orders": 6}
+    cm = steady(urls, partitions, standby_replicas=1)
+    back = url(0)
+    on_disk = cm.actives_of(back) | cm.standbys_of(back)
+    # The other two took everything over; the node returns with its stores, each behind.
+    cm = steady(urls[1:], partitions, standby_replicas=1)
+    members = reports(cm, urls[1:])
+    members["member-back"] = MemberInfo(url=back, lags=dict.fromkeys(on_disk, 500))
+    after = assign(members, partitions, standby_replicas=1, acceptable_lag=10)
+    taking = after.warming_of(back)
+    assert len(taking) == 2  # its share of actives, each warming up first ...
+    assert taking <= on_disk  # ... from the stores it has: only their tails to replay
+    assert not after.actives_of(back)

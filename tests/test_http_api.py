@@ -104,6 +104,16 @@ async def test_unknown_table_is_404_listing_known_tables(client: httpx.AsyncClie
         assert name in message
 
 
+async def test_unknown_table_before_the_catalog_is_read_is_503(
+    client: httpx.AsyncClient, view: StaticView
+) -> None:
+    view.loaded = False  # a node starting up: another node may know the table
+    r = await client.get("/v1/tables/nope/keys/x")
+    message = assert_error(r, 503, "unavailable")
+    assert "catalog" in message
+    assert r.headers["retry-after"] == "1"
+
+
 async def test_bad_key_for_format_is_400(client: httpx.AsyncClient) -> None:
     message = assert_error(await client.get("/v1/tables/counts/keys/twelve"), 400, "bad_request")
     assert "long" in message

@@ -173,12 +173,19 @@ def _balanced_targets(tps: list[TopicPartition], state: _State) -> dict[TopicPar
     def hand_over_is_ready(url: str, tp: TopicPartition) -> bool:
         return any(o != url and o in hungry and state.is_caught_up(o, tp) for o in urls)
 
+    def hungry_has_state(url: str, tp: TopicPartition) -> bool:
+        return any(o != url and o in hungry and state.lag(o, tp) < _NO_STATE for o in urls)
+
     for url in urls:
         # A node over its share gives up first what a hungry node is already caught up on:
         # that hand-over needs no (further) warm-up, so the same targets come out again
-        # at the next rebalance and the warm-up converges.
-        ranked = sorted((hand_over_is_ready(url, tp), tp) for tp in kept[url])
-        kept[url] = [tp for _, tp in ranked]
+        # at the next rebalance and the warm-up converges. Next, what a hungry node holds
+        # a store of (a node back from a restart replays only the tail of those); both
+        # facts stay true while the warm-up runs, so the targets stay put.
+        ranked = sorted(
+            (hand_over_is_ready(url, tp), hungry_has_state(url, tp), tp) for tp in kept[url]
+        )
+        kept[url] = [tp for *_, tp in ranked]
 
     targets: dict[TopicPartition, str] = {}
 

@@ -2,7 +2,7 @@
 
 The client reads `GET /v1/metadata` from any node, computes a key's partition with Kafka's
 partitioner (as the nodes do) and sends the request to that partition's active node. When
-the active cannot answer (refused, timed out, 502/503/504) it asks the partition's standbys
+the active cannot answer (refused, timed out, 502/503/504/508) it asks the partition's standbys
 next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max_lag`), so
 a standby answers from its own replica; then any node, which forwards or stands in itself.
 It goes round that list, refreshing the map at most once a second, until its budget is
@@ -28,7 +28,9 @@ from sparkiq.partitioner import partition_for
 from sparkiq.serde import key_codec
 from sparkiq.tables import Format, TableDef, TableKind
 
-_RETRYABLE = frozenset({502, 503, 504})
+# 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
+# another node), the answer comes.
+_RETRYABLE = frozenset({502, 503, 504, 508})
 
 
 @dataclass
@@ -283,7 +285,7 @@ class Client:
 
         A standby is asked with `max_lag` (the caller's, else `standby_max_lag`) so it
         answers from its own replica. Refused or broken connections, timeouts and
-        502/503/504 move on to the next node; after a round the map is refreshed (at most
+        502/503/504/508 move on to the next node; after a round the map is refreshed (at most
         once a second) and the round starts again after a short pause, until the budget is
         spent.
         """

@@ -6,10 +6,11 @@ stopped by its PID (SIGTERM for a graceful stop, SIGKILL to simulate a crash).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +32,7 @@ class NodeProcess:
     app: str
     log_path: Path
     extra_args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of this process's environment
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -64,6 +66,7 @@ class NodeProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
                 start_new_session=True,
             )
         finally:
@@ -99,11 +102,13 @@ class LocalCluster:
         nodes: int = 3,
         app: str = "sparkiq",
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.base_dir = base_dir
         self.app = app
         self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})  # e.g. SPARKIQ_SESSION_TIMEOUT_MS for every node
         self.nodes: list[NodeProcess] = [self._new_node(i) for i in range(nodes)]
 
     def _new_node(self, index: int) -> NodeProcess:
@@ -114,6 +119,7 @@ class LocalCluster:
             app=self.app,
             log_path=self.base_dir / f"node{index}.log",
             extra_args=self.extra_args,
+            env=self.env,
         )
 
     @property
@@ -156,6 +162,40 @@ class LocalCluster:
                     f"see the node logs: {logs}"
                 )
             time.sleep(0.2)
+
+    def wait_settled(self, timeout_s: float = 60.0) -> None:
+        """`wait_ready`, then until the map holds exactly the running nodes, no partition is
+        warming and every replica is caught up.
+
+        Caught up: every running node's replicas are active or standby (none restoring) and
+        at their changelog end, with a store that has applied something (a replica that has
+        not fetched yet reports lag 0 at position 0). For clusters whose partitions all hold
+        records, e.g. before scaling in further.
+        """
+        deadline = time.monotonic() + timeout_s
+        self.wait_ready(timeout_s)
+        running = [n for n in self.nodes if n.is_running()]
+        urls = {n.url for n in running}
+        while not all(self._settled(n, urls) for n in running):
+            if time.monotonic() >= deadline:
+                raise SparkiqError(f"cluster not settled after {timeout_s:.0f}s")
+            time.sleep(0.2)
+        self.wait_ready(max(deadline - time.monotonic(), 1.0))
+
+    @staticmethod
+    def _settled(node: NodeProcess, urls: set[str]) -> bool:
+        try:
+            meta = httpx.get(f"{node.url}/v1/metadata", timeout=2.0).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        if {n["url"] for n in meta.get("nodes", [])} != urls:
+            return False  # the map still names a node that is gone (or misses one)
+        if any(p.get("warming") for p in meta.get("partitions", [])):
+            return False
+        return all(
+            r["state"] in ("active", "standby") and r["lag"] == 0 and r["position"] > 0
+            for r in meta.get("local", [])
+        )
 
     @staticmethod
     def _maps_agree(nodes: Sequence[NodeProcess]) -> bool:

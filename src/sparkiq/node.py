@@ -47,6 +47,7 @@ class Node:
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._joined = False
+        self._catalog_loaded = False
         self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
         self._started_at = time.time()
@@ -145,6 +146,9 @@ class Node:
     def store(self, tp: TopicPartition) -> PartitionStore | None:
         return self.restorer.store(tp)
 
+    def catalog_loaded(self) -> bool:
+        return self._catalog_loaded
+
     def is_ready(self) -> bool:
         if not self._joined:
             return False
@@ -242,6 +246,7 @@ class Node:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())
+        self._catalog_loaded = True
         self.restorer.start()
         await self.member.start(self._topics())
         self._joined = True

@@ -235,6 +235,13 @@ class HttpApi:
         return call
 
     def _unknown_table(self, name: str) -> Failure:
+        if not self.view.catalog_loaded():
+            # A node starting up knows no table yet: another node may well know this one.
+            return Failure(
+                FailureReason.UNAVAILABLE,
+                f"{self.view.url} is starting and has not read the table catalog yet",
+                retry_after_s=float(self.settings.retry_after_s),
+            )
         known = sorted(t.name for t in self.view.tables())
         listing = ", ".join(known) if known else "none registered yet"
         return Failure(

@@ -4,7 +4,8 @@
 when this node's own active replica cannot do it at once:
 
 1. the active is another node: ask it, waiting at most `active_timeout_s` of the budget;
-   its answer (anything but a 503) is passed through as it is;
+   its answer (anything but a 503) is passed through as it is, except that a 508 (the nodes
+   disagree on the owner while a rebalance spreads) is answered by a local stand-in if any;
 2. the active cannot answer -- refused, broken or slow connection, a 503 (restoring), no
    active in the map, or this node's own active replica still restoring: a replica within the
    call's lag bound answers instead (`max_lag=N` if the request gave one, else
@@ -12,7 +13,8 @@ when this node's own active replica cannot do it at once:
    standby, asked with the internal `fallback_lag` parameter (answer from your replica or 503
    at once, never forward);
 3. nobody could: pause (a moment for an unreachable node, a change of the view otherwise)
-   and start again, until the budget is spent (503 + Retry-After).
+   and start again, until the budget is spent (503 + Retry-After). A node that has no map
+   yet (starting up) answers 503 at once instead, so the caller asks another node.
 
 Answers from a stand-in say `"standby": true` and the changelog offset their replica had
 reached, like every read.
@@ -57,23 +59,40 @@ async def answer_single(
             answer = await locator.ask(
                 found, "GET", call.target, None, call, settings.active_timeout_s
             )
+            if isinstance(answer, Failure) or (
+                isinstance(answer, Response) and answer.status == 508
+            ):
+                # Past the hop limit: the nodes disagree on the owner while a rebalance
+                # spreads. A replica of this node may answer; else the 508 goes back.
+                local = locator.stand_in(tp, call.stand_in_bound(settings))
+                if local is not None:
+                    return read(local)
+                return (
+                    failed(answer) if isinstance(answer, Failure) else (answer, Outcome.FORWARDED)
+                )
             if isinstance(answer, Response) and answer.status != 503:
                 return answer, Outcome.FORWARDED
-            if isinstance(answer, Failure):
-                return failed(answer)  # past the hop limit
             if isinstance(answer, Unreachable):
                 why = f"active {found} is unreachable ({answer.message})"
                 pause = settings.reconnect_pause_s
             else:
-                why = f"active {found} answered 503"
+                why = f"active {found} answered {answer.status}"
         else:
             why = found.message
         stand_in = await _ask_stand_ins(api, tp, call, read)
         if stand_in is not None:
             return stand_in
+        if isinstance(found, Failure) and not api.view.is_ready() and not _anyone_holds(api, tp):
+            # This node has no map yet (starting up): answer now, so the caller asks another.
+            return failed(locator.gave_up(call, why))
         if not await locator.wait(call, pause):
             return failed(locator.gave_up(call, why))
         found = None
+
+
+def _anyone_holds(api: HttpApi, tp: TopicPartition) -> bool:
+    placement = api.view.placement(tp)
+    return placement.active is not None or bool(placement.standbys)
 
 
 async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Read) -> Answer | None:
@@ -89,7 +108,7 @@ async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Rea
         answer = await api.locator.ask(
             url, "GET", target, None, call, api.settings.active_timeout_s
         )
-        if isinstance(answer, Response) and answer.status != 503:
+        if isinstance(answer, Response) and answer.status not in (503, 508):
             return answer, Outcome.FORWARDED
     return None
 

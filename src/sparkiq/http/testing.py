@@ -77,6 +77,7 @@ class StaticView:
         self._stores: dict[TopicPartition, ReadableStore] = {}
         self._changed = asyncio.Event()
         self.ready = True
+        self.loaded = True  # catalog_loaded()
 
     @property
     def url(self) -> str:
@@ -161,6 +162,9 @@ class StaticView:
 
     def is_ready(self) -> bool:
         return self.ready
+
+    def catalog_loaded(self) -> bool:
+        return self.loaded
 
     async def changed(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError):

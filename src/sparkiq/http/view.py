@@ -77,6 +77,10 @@ class NodeView(Protocol):
 
     def is_ready(self) -> bool: ...
 
+    def catalog_loaded(self) -> bool:
+        """False until the node has read the catalog once (it knows no table before that)."""
+        ...
+
     async def changed(self, timeout_s: float) -> None:
         """Return when the cluster map or a local replica's state changes, or after timeout_s."""
         ...
