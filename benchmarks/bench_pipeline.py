@@ -208,7 +208,7 @@ def main() -> None:
         ).start()
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)
         try:
-            wait(lambda: pipeline.status() is not None, "the queries", 600, pipeline)
+            wait(pipeline.running, "the queries", 600, pipeline)
             cluster.start()
             cluster.wait_ready(timeout_s=300)
             wait(lambda: pipeline.caught_up([SOURCE]), "the first invoices", 600, pipeline)

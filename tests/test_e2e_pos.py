@@ -87,9 +87,7 @@ class PosRun:
     def start(self) -> None:
         """The pipeline first; the nodes once its queries run (a 2-core machine is small)."""
         self.pipeline.start()
-        wait_until(
-            lambda: self.pipeline.status() is not None, "the queries to start", 300, self.pipeline
-        )
+        wait_until(self.pipeline.running, "the queries to start", 600, self.pipeline)
         self.cluster.start()
 
     def wait_caught_up(self, timeout_s: float = 600.0) -> None:

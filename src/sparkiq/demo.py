@@ -151,20 +151,27 @@ def run_demo(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 300.0) -> None:
-    """Wait for the pipeline's queries to start (the nodes start after: 2 cores are few)."""
+def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 600.0) -> None:
+    """Progress while Spark starts the queries, one by one, each with a first micro-batch.
+
+    The nodes start after that: on 2 cores, Spark's start-up is the heavy part.
+    """
     deadline = time.monotonic() + timeout_s
     began = time.monotonic()
-    while pipeline.status() is None:
+    while not pipeline.running():
         if not pipeline.is_running():
             raise SparkiqError(
                 f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
             )
         if time.monotonic() > deadline:
             raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
-        click.echo(
-            f"\r    starting Spark and the queries... {time.monotonic() - began:.0f}s", nl=False
-        )
+        status = pipeline.status() or {}
+        started = [
+            q["name"] + ("" if q.get("batch") is not None else " (first batch)")
+            for q in status.get("queries", [])
+        ]
+        shown = ", ".join(started) if started else "starting Spark"
+        click.echo(f"\r    {time.monotonic() - began:4.0f}s  queries: {shown}\x1b[K", nl=False)
         time.sleep(1.0)
     click.echo()
 

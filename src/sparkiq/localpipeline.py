@@ -112,6 +112,11 @@ class PipelineProcess:
             return None
         return data
 
+    def running(self) -> bool:
+        """True once the pipeline has started all its queries (each ran a first batch)."""
+        status = self.status()
+        return bool(status and status.get("running"))
+
     def processed(self) -> list[dict[str, dict[str, int]] | None]:
         """Per query, the source offsets its last completed micro-batch reached."""
         status = self.status()

@@ -59,6 +59,8 @@ class PipelineContext:
     params: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list)
     starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
+    # Called about once a second while a query is starting (the runner reports progress).
+    on_wait: Callable[[], None] | None = None
     # How long a started query may take over its first micro-batch before the next one
     # starts anyway.
     init_wait_s: float = 300.0
@@ -76,9 +78,13 @@ class PipelineContext:
         self.queries.append(query)
         self.starters[query.name] = starter
         deadline = time.monotonic() + self.init_wait_s
+        next_report = 0.0
         while query.isActive and time.monotonic() < deadline:
             if query.lastProgress is not None:
                 break
+            if self.on_wait is not None and time.monotonic() >= next_report:
+                next_report = time.monotonic() + 1.0
+                self.on_wait()
             time.sleep(0.1)
         return query
 

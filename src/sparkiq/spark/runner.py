@@ -23,6 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
 from sparkiq.catalog import DEFAULT_APP
 from sparkiq.errors import SparkiqError
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
@@ -55,62 +57,77 @@ class RunSettings:
     duration_s: float | None = None
 
 
-class ObservedTotals:
-    """Sums of each query's observed metrics over every micro-batch since the runner started.
+class ProgressTracker(StreamingQueryListener):
+    """Every query's latest progress and its observed metrics summed since start.
 
-    A progress report carries the metrics of one micro-batch; the runner reads
-    ``recentProgress`` (the last hundred or so) and adds each batch it has not counted yet.
+    A Spark listener: Spark calls it once per finished micro-batch, so no batch is missed
+    or counted twice, and the runner does not poll the queries for their progress.
     """
 
     def __init__(self) -> None:
-        self._last_batch: dict[str, int] = {}
-        self.totals: dict[str, dict[str, dict[str, float]]] = {}
+        self._lock = threading.Lock()
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._totals: dict[str, dict[str, dict[str, float]]] = {}
 
-    def update(self, query: StreamingQuery) -> dict[str, dict[str, float]]:
-        name = query.name
-        last = self._last_batch.get(name, -1)
-        mine = self.totals.setdefault(name, {})
-        for progress in query.recentProgress:
-            batch = int(progress.batchId)
-            if batch <= last:
-                continue
-            last = batch
-            for metric_name, row in (progress.observedMetrics or {}).items():
-                values = row.asDict() if hasattr(row, "asDict") else dict(row)
-                sums = mine.setdefault(metric_name, {})
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        name = str(progress.name)
+        sources = progress.sources or []
+        end_offset: Any = sources[0].endOffset if sources else None
+        if isinstance(end_offset, str):  # the source's offset JSON, as text
+            try:
+                end_offset = json.loads(end_offset)
+            except ValueError:
+                end_offset = None
+        observed = {
+            metric: row.asDict() if hasattr(row, "asDict") else dict(row)
+            for metric, row in (progress.observedMetrics or {}).items()
+        }
+        latest = {
+            "batch": progress.batchId,
+            "input_rows": progress.numInputRows,
+            "input_rows_per_s": round(float(progress.inputRowsPerSecond or 0.0), 1),
+            "processed_rows_per_s": round(float(progress.processedRowsPerSecond or 0.0), 1),
+            "batch_ms": (progress.durationMs or {}).get("triggerExecution"),
+            "end_offsets": end_offset if isinstance(end_offset, dict) else None,
+            "observed": observed,
+        }
+        with self._lock:
+            self._latest[name] = latest
+            sums = self._totals.setdefault(name, {})
+            for metric, values in observed.items():
+                into = sums.setdefault(metric, {})
                 for key, value in values.items():
                     if isinstance(value, int | float):
-                        sums[key] = sums.get(key, 0) + value
-        self._last_batch[name] = last
-        return mine
+                        into[key] = into.get(key, 0) + value
 
-
-def query_status(query: StreamingQuery, totals: ObservedTotals | None = None) -> dict[str, Any]:
-    """What a progress line shows about *query*, as plain JSON-able values."""
-    progress: Any = query.lastProgress or {}
-    sources = progress.get("sources") or [{}]
-    end_offset = sources[0].get("endOffset") if sources else None
-    if isinstance(end_offset, str):  # the source's offset JSON, as text
-        try:
-            end_offset = json.loads(end_offset)
-        except ValueError:
-            end_offset = None
-    return {
-        "name": query.name,
-        "id": str(query.id),
-        "active": query.isActive,
-        "batch": progress.get("batchId"),
-        "input_rows": progress.get("numInputRows", 0),
-        "input_rows_per_s": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
-        "processed_rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
-        "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-        "end_offsets": end_offset if isinstance(end_offset, dict) else None,
-        "observed": {
-            name: row.asDict() if hasattr(row, "asDict") else row
-            for name, row in (progress.get("observedMetrics") or {}).items()
-        },
-        "observed_total": totals.update(query) if totals is not None else {},
-    }
+    def status(self, query: StreamingQuery) -> dict[str, Any]:
+        """What a progress line shows about *query*, as plain JSON-able values."""
+        with self._lock:
+            latest = dict(self._latest.get(query.name, {}))
+            totals = {k: dict(v) for k, v in self._totals.get(query.name, {}).items()}
+        return {
+            "name": query.name,
+            "id": str(query.id),
+            "active": query.isActive,
+            "batch": latest.get("batch"),
+            "input_rows": latest.get("input_rows", 0),
+            "input_rows_per_s": latest.get("input_rows_per_s", 0.0),
+            "processed_rows_per_s": latest.get("processed_rows_per_s", 0.0),
+            "batch_ms": latest.get("batch_ms"),
+            "end_offsets": latest.get("end_offsets"),
+            "observed": latest.get("observed", {}),
+            "observed_total": totals,
+        }
 
 
 def _progress_line(status: Mapping[str, Any]) -> str:
@@ -127,9 +144,11 @@ def _progress_line(status: Mapping[str, Any]) -> str:
     )
 
 
-def _write_status(path: Path, statuses: list[dict[str, Any]]) -> None:
+def _write_status(path: Path, statuses: list[dict[str, Any]], *, running: bool) -> None:
+    """The status file: ``running`` is false while the pipeline still starts its queries."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"time": time.time(), "queries": statuses}, default=str))
+    data = {"time": time.time(), "running": running, "queries": statuses}
+    tmp.write_text(json.dumps(data, default=str))
     os.replace(tmp, path)
 
 
@@ -146,7 +165,8 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         conf=settings.spark_conf,
     )
     stop = threading.Event()
-    totals = ObservedTotals()
+    tracker = ProgressTracker()
+    spark.streams.addListener(tracker)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("pipeline: %s received, stopping the queries", signal.Signals(signum).name)
@@ -162,6 +182,11 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         params=dict(settings.params),
     )
+    status_file = settings.status_file
+    if status_file is not None:
+        ctx.on_wait = lambda: _write_status(
+            status_file, [tracker.status(q) for q in ctx.queries], running=False
+        )
     try:
         pipeline_fn(ctx)
         if not ctx.queries:
@@ -171,7 +196,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         log.info(
             "pipeline: %d queries running: %s", len(ctx.queries), [q.name for q in ctx.queries]
         )
-        _watch(ctx, settings, stop, totals)
+        _watch(ctx, settings, stop, tracker)
     finally:
         for query in ctx.queries:
             try:
@@ -179,7 +204,9 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
             except Exception as exc:  # a stop error must not hide the first failure
                 log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
         if settings.status_file is not None and ctx.queries:
-            _write_status(settings.status_file, [query_status(q, totals) for q in ctx.queries])
+            _write_status(
+                settings.status_file, [tracker.status(q) for q in ctx.queries], running=False
+            )
         spark.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -192,7 +219,7 @@ _MAX_RESTARTS = 10
 
 
 def _watch(
-    ctx: PipelineContext, settings: RunSettings, stop: threading.Event, totals: ObservedTotals
+    ctx: PipelineContext, settings: RunSettings, stop: threading.Event, tracker: ProgressTracker
 ) -> None:
     deadline = None if settings.duration_s is None else time.monotonic() + settings.duration_s
     next_progress = time.monotonic() + settings.progress_interval_s
@@ -224,9 +251,9 @@ def _watch(
             return
         if now >= next_progress:
             next_progress = now + settings.progress_interval_s
-            statuses = [query_status(q, totals) for q in ctx.queries]
+            statuses = [tracker.status(q) for q in ctx.queries]
             for status in statuses:
                 log.info("pipeline %s", _progress_line(status))
             if settings.status_file is not None:
-                _write_status(settings.status_file, statuses)
+                _write_status(settings.status_file, statuses, running=True)
         stop.wait(0.5)
