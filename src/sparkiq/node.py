@@ -48,6 +48,7 @@ class Node:
         self._stopping = asyncio.Event()
         self._joined = False
         self._catalog_loaded = False
+        self._left = False
         self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
         self._started_at = time.time()
@@ -55,6 +56,7 @@ class Node:
         # since been measured against a real end (see `_lag_known`).
         self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
         self._lag_measured: set[TopicPartition] = set()
+        self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
         self.registry = StoreRegistry(settings.state_dir)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -104,6 +106,10 @@ class Node:
                 known = self._lag_known(tp, status.position, status.end)
                 if status.state is ReplicaState.RESTORING:
                     role = ReplicaRole.ACTIVE
+                    # Only a replica that followed the changelog as a standby before it was
+                    # promoted may stand in while it restores; one restoring from scratch
+                    # would answer "absent" for every key it has not reached yet.
+                    known = known and tp in self._followed
                 else:
                     role, ready = ReplicaRole.STANDBY, True
         if owners is None:
@@ -264,11 +270,20 @@ class Node:
                 log.info("node %s: warm-up caught up; asking for a rebalance", self._url)
                 self.member.request_rebalance()
 
-    async def stop(self) -> None:
-        """Leave the group at once, then stop restoring and close the stores."""
+    async def leave(self) -> None:
+        """Leave the group at once: the others take over without waiting for a timeout.
+
+        The stores stay open, so requests still in flight here are answered.
+        """
         self._stopping.set()
-        try:
+        if not self._left:
+            self._left = True
             await self.member.stop()
+
+    async def stop(self) -> None:
+        """Leave the group (if not done yet), then stop restoring and close the stores."""
+        try:
+            await self.leave()
         finally:
             await asyncio.to_thread(self.restorer.stop)
             await asyncio.to_thread(self.catalog.stop)
@@ -334,14 +349,18 @@ class Node:
         self._changed = asyncio.Event()
 
     def _track_replicas(self) -> None:
-        """Note where each newly assigned local replica started; forget unassigned ones."""
+        """Note where each newly assigned local replica started and which ones followed the
+        changelog as standbys; forget unassigned ones."""
         statuses = self.restorer.statuses()
         for tp in [tp for tp in self._first_seen if tp not in statuses]:
             del self._first_seen[tp]
             self._lag_measured.discard(tp)
+            self._followed.discard(tp)
         for tp, st in statuses.items():
             if tp not in self._first_seen:
                 self._first_seen[tp] = (st.position, st.end)
+            if st.state is ReplicaState.STANDBY:
+                self._followed.add(tp)
 
     def _notify_threadsafe(self) -> None:
         loop = self._loop

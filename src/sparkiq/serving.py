@@ -1,8 +1,8 @@
 """Runs one serving node process: the node, its HTTP API, and a graceful stop on signals.
 
 On SIGTERM or SIGINT the node leaves the consumer group at once (so the others take its
-partitions without waiting for a session timeout) while the HTTP server finishes the
-requests in flight; then restoring stops and the stores are closed.
+partitions without waiting for a session timeout), then the HTTP server stops accepting and
+finishes the requests in flight, and only then restoring stops and the stores are closed.
 """
 
 from __future__ import annotations
@@ -46,10 +46,13 @@ async def serve_node(settings: NodeSettings, stop: asyncio.Event | None = None) 
     finally:
         if background is not None:
             background.cancel()
-        results = await asyncio.gather(node.stop(), server.stop(), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                log.warning("node %s: error while stopping: %r", settings.url, result)
+        # Leave first (the others take over at once), then let the HTTP server finish the
+        # requests in flight, and only then close the stores they read.
+        for step in (node.leave, server.stop, node.stop):
+            try:
+                await step()
+            except Exception as exc:
+                log.warning("node %s: error while stopping: %r", settings.url, exc)
         log.info("node %s: stopped", settings.url)
 
 
