@@ -1,0 +1,63 @@
+"""Which local replicas the node lets stand in for a failed active (Node.placement).
+
+No Kafka: the node is built but not started, and its restorer's published statuses are set
+by hand, as the restorer thread would publish them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkiq.node import Node
+from sparkiq.restore import PartitionStatus, ReplicaState
+from sparkiq.settings import NodeSettings
+from sparkiq.topology import TopicPartition
+
+TP: TopicPartition = ("t", 0)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(NodeSettings(bootstrap_servers="127.0.0.1:1", state_dir=tmp_path))
+
+
+def publish(node: Node, state: ReplicaState, position: int, end: int) -> None:
+    """What the restorer publishes, then its change callback on the loop."""
+    status = PartitionStatus(TP, "t", state, position, end, max(end - position, 0))
+    node.restorer._statuses = {TP: status}
+    node._track_replicas()
+
+
+def test_a_new_standby_stands_in_only_once_its_lag_is_measured(node: Node) -> None:
+    publish(node, ReplicaState.STANDBY, 0, 0)  # just assigned: lag 0 says nothing
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 0, 0)
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 300, 500)  # fetched: a real end
+    placement = node.placement(TP)
+    assert placement.local_lag_known
+    assert placement.local_lag == 200
+
+
+def test_a_store_from_disk_counts_once_it_has_moved(node: Node) -> None:
+    publish(node, ReplicaState.STANDBY, 900, 900)  # checkpoint 900, end not read yet
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 900, 1_200)
+    assert node.placement(TP).local_lag_known
+
+
+def test_only_a_promoted_standby_stands_in_while_restoring(node: Node) -> None:
+    publish(node, ReplicaState.RESTORING, 0, 0)  # active from scratch
+    publish(node, ReplicaState.RESTORING, 100, 500)
+    assert not node.placement(TP).local_lag_known  # it would answer "absent" for most keys
+    node._track_replicas()
+    node.restorer._statuses = {}
+    node._track_replicas()  # unassigned: forgotten
+    publish(node, ReplicaState.STANDBY, 0, 0)
+    publish(node, ReplicaState.STANDBY, 480, 500)
+    publish(node, ReplicaState.RESTORING, 490, 500)  # the standby was promoted
+    placement = node.placement(TP)
+    assert placement.local_lag_known
+    assert not placement.is_local_active
