@@ -253,6 +253,8 @@ def test_restarted_node_warms_up_then_takes_actives(
     ever = {p for _, _, p in roles.timeline} | held
     sizes = expect.oracle.produced_per_partition
     expected = sum(tail.get(p, 0) if p in on_disk else sizes[p] for p in ever)
+    mine = next(n for n in meta["nodes"] if n["url"] == node.url)
+    print(f"it is now active for {mine['active']}, standby for {mine['standby']}")
     print(
         f"restored {meta['restored_records']} records; held {sorted(ever)}, on disk "
         f"{sorted(on_disk)}; tail {tail}"

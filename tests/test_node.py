@@ -13,7 +13,8 @@ import pytest
 from sparkiq.node import Node
 from sparkiq.restore import PartitionStatus, ReplicaState
 from sparkiq.settings import NodeSettings
-from sparkiq.topology import TopicPartition
+from sparkiq.tables import TableDef
+from sparkiq.topology import ClusterMap, PartitionOwners, TopicPartition
 
 TP: TopicPartition = ("t", 0)
 
@@ -46,6 +47,20 @@ def test_a_store_from_disk_counts_once_it_has_moved(node: Node) -> None:
     assert not node.placement(TP).local_lag_known
     publish(node, ReplicaState.STANDBY, 900, 1_200)
     assert node.placement(TP).local_lag_known
+
+
+def test_a_store_measured_on_disk_counts_from_its_assignment(node: Node) -> None:
+    node._set_tables({"t": TableDef("t", "t", 1)})
+    standby = ClusterMap(1, {TP: PartitionOwners("http://other:1", (node.url,))})
+    # Never measured: a new store stays unknown until it moves.
+    node._on_assignment(standby)
+    assert not node.placement(TP).local_lag_known
+    node._on_assignment(ClusterMap(2))  # unassigned; the store stays on disk
+    # The restorer measured it on disk (caught up), then it is assigned again.
+    node.restorer._disk_lags = {TP: 0}
+    node._on_assignment(standby)
+    assert node.placement(TP).local_lag_known
+    node.restorer.stop()
 
 
 def test_only_a_promoted_standby_stands_in_while_restoring(node: Node) -> None:

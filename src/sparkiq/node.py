@@ -138,8 +138,10 @@ class Node:
 
         A replica starts with its end equal to its position (lag 0) until the restorer has
         fetched or measured the changelog; until its position or end has moved since it was
-        first seen, its lag says nothing, and it must not answer for the active. (A replica
-        that is caught up on a partition nobody writes stays unknown: it just never stands in.)
+        first seen, its lag says nothing, and it must not answer for the active -- unless it
+        is a store the restorer had measured on disk before it was assigned (see
+        `_on_assignment`). (Otherwise a replica that is caught up on a partition nobody
+        writes stays unknown: it just never stands in.)
         """
         if tp in self._lag_measured:
             return True
@@ -330,7 +332,13 @@ class Node:
             len(actives),
             len(standbys),
         )
+        # Stores left on disk by an earlier assignment come back with the lag the restorer
+        # measured for them against a real end: they may stand in at once.
+        measured = self.restorer.lags()
         self.restorer.assign(actives, standbys)
+        self._lag_measured.update(
+            tp for tp in actives | standbys if tp not in self._first_seen and tp in measured
+        )
         self._notify()
 
     def _warmup_done(self) -> bool:
