@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -57,19 +58,29 @@ def create_topic(
     wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s)
 
 
-def partition_count(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
-    """Number of partitions of *topic*; TopicNotFoundError if it does not exist."""
-    admin = admin_client(bootstrap_servers)
+class _HasMetadata(Protocol):
+    # Returns confluent-kafka's ClusterMetadata (not exported under a public name).
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+
+def count_partitions(client: _HasMetadata, topic: str, where: str, timeout_s: float) -> int:
+    """Partitions of *topic* as seen by *client* (admin, producer or consumer).
+
+    TopicNotFoundError if it does not exist; *where* names the cluster in messages.
+    """
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        md = client.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaError(f"cannot read metadata of topic {topic!r}: {exc}") from exc
     info = md.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
-        raise TopicNotFoundError(
-            f"topic {topic!r} does not exist on {bootstrap_servers}; create it first"
-        )
+        raise TopicNotFoundError(f"topic {topic!r} does not exist on {where}; create it first")
     return len(info.partitions)
+
+
+def partition_count(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
+    """Number of partitions of *topic*; TopicNotFoundError if it does not exist."""
+    return count_partitions(admin_client(bootstrap_servers), topic, bootstrap_servers, timeout_s)
 
 
 def list_topics(bootstrap_servers: str, *, timeout_s: float = 10.0) -> dict[str, int]:

@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from sparkiq.errors import ConfigError, KafkaError
+from sparkiq.kafka.admin import count_partitions
 from sparkiq.partitioner import partition_for
 from sparkiq.spark.options import (
     FORMAT_NAME,
@@ -310,17 +311,7 @@ def _partition_count(producer: Producer, options: SinkOptions, topic: str) -> in
     cache_key = (options.bootstrap_servers, topic)
     count = _PARTITION_COUNTS.get(cache_key)
     if count is None:
-        try:
-            md = producer.list_topics(topic=topic, timeout=30)
-        except KafkaException as exc:
-            raise KafkaError(f"cannot read the partition count of topic {topic!r}: {exc}") from exc
-        info = md.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise KafkaError(
-                f"topic {topic!r} does not exist on {options.bootstrap_servers}; a windowed "
-                "changelog topic must be created before it is written"
-            )
-        count = len(info.partitions)
+        count = count_partitions(producer, topic, options.bootstrap_servers, 30.0)
         _PARTITION_COUNTS[cache_key] = count
     return count
 
