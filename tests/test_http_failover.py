@@ -142,3 +142,5 @@ async def test_multi_get_reads_a_local_standby_for_a_dead_active(stack: AsyncExi
         r = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY]})
     assert r.status_code == 200, r.text
     assert r.json()["items"] == [{"key": KEY, "value": {"v": 1}}]
+    assert r.json()["offsets"] == {str(TP[1]): 40}
+    assert r.json()["standby"] is True

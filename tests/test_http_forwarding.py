@@ -103,6 +103,10 @@ async def test_multi_get_one_request_per_owner_in_input_order(stack: AsyncExitSt
     owners = {p: urls[p % 3] for p in range(USERS.partitions)}
     for v in views:
         v.place_all(USERS, owners)
+        for p, owner in owners.items():  # each replica at its own offset: 100 + partition
+            if owner == v.url:
+                tp = (USERS.topic, p)
+                v.set_placement(tp, owner, store=v.local_store(tp), offset=100 + p)
     keys = [f"user-{i}" for i in range(30)]
     for key in keys:
         for v in views:
@@ -116,6 +120,9 @@ async def test_multi_get_one_request_per_owner_in_input_order(stack: AsyncExitSt
     items = r.json()["items"]
     assert [i["key"] for i in items] == asked
     assert [i["value"] for i in items] == [{"k": k} for k in keys[::-1]] + [None]
+    # The offset each partition's replica had reached, gathered from all three owners.
+    assert r.json()["offsets"] == {str(p): 100 + p for p in sorted({_partition(k) for k in asked})}
+    assert r.json()["standby"] is False
     assert servers[0].api.metrics.count("multi_get") == 1
     assert servers[1].api.metrics.count("multi_get") == 1  # one request for all its keys
     assert servers[2].api.metrics.count("multi_get") == 1

@@ -5,13 +5,18 @@ are read directly; each other owner gets ONE request, all in parallel, carrying 
 header. Groups with no answering replica wait for a change of the view, within the budget.
 Range pages merge every partition's items in store-key order; owners are asked with the
 internal `partitions=` parameter (only accepted from another node) and return each item's
-store key so the merge does not depend on how keys render.
+store key so the merge does not depend on how keys render. Both answers carry `offsets`
+(partition -> the changelog offset its replica had reached) and `standby` (whether any part
+came from a standby), merged from the owners' answers. A partition whose owner is
+unreachable or answers 503 is read from a local stand-in within the lag bound if this node
+has one (remote standbys are not asked for these endpoints).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -41,6 +46,28 @@ RANGE_PARAMS = frozenset(("from", "to", "prefix", "limit", "cursor", "max_lag", 
 
 # Window starts of a windowed table's store keys: the 8 bytes after the key.
 _ALL_WINDOWS = b"\xff" * 8
+
+
+@dataclass
+class _Sources:
+    """What the replicas behind an answer had reached: offset per partition, any standby."""
+
+    offsets: dict[int, int | None] = field(default_factory=dict)
+    standby: bool = False
+
+    def local(self, partition: int, replica: LocalReplica) -> None:
+        self.offsets[partition] = replica.offset
+        self.standby = self.standby or replica.is_standby
+
+    def remote(self, doc: dict[str, Any]) -> None:
+        """Merge the `offsets` and `standby` of another node's answer."""
+        for partition, offset in doc.get("offsets", {}).items():
+            self.offsets[int(partition)] = offset
+        self.standby = self.standby or bool(doc.get("standby"))
+
+    def fields(self) -> dict[str, object]:
+        offsets = {str(p): o for p, o in sorted(self.offsets.items())}
+        return {"offsets": offsets, "standby": self.standby}
 
 
 def _best(outcomes: set[Outcome]) -> Outcome:
@@ -90,6 +117,7 @@ async def multi_get(
 
     values: list[object] = [None] * len(wires)
     outcomes: set[Outcome] = set()
+    sources = _Sources()
     render_value = value_codec.render
     pending = dict(by_tp)
     last_why = ""
@@ -104,6 +132,7 @@ async def multi_get(
                 for i, value in zip(indices, got, strict=True):
                     values[i] = None if value is None else render_value(value)
                 outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
+                sources.local(tp[1], found)
             elif isinstance(found, str):
                 remote[found].append(tp)
             else:
@@ -136,9 +165,10 @@ async def multi_get(
                     return _fail(answer)
                 if answer.status != 200:
                     return answer, Outcome.FORWARDED  # the owner's failure, as it said it
-                items = orjson.loads(answer.body)["items"]
-                for i, item in zip(indices, items, strict=True):
+                doc = orjson.loads(answer.body)
+                for i, item in zip(indices, doc["items"], strict=True):
                     values[i] = item["value"]
+                sources.remote(doc)
                 outcomes.add(Outcome.FORWARDED)
         pending = waiting
         if pending and not await api.locator.wait(call, api.settings.reconnect_pause_s):
@@ -147,7 +177,8 @@ async def multi_get(
         {"key": codec.render(wire), "value": value}
         for wire, value in zip(wires, values, strict=True)
     ]
-    return Response(200, orjson.dumps({"items": items})), _best(outcomes)
+    body = orjson.dumps({"items": items, **sources.fields()})
+    return Response(200, body), _best(outcomes)
 
 
 async def _ask_multi(
@@ -190,6 +221,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
     fetch = limit + 1  # one more than the page: tells whether there is a next page
     collected: list[tuple[bytes, dict[str, object]]] = []
     outcomes: set[Outcome] = set()
+    sources = _Sources()
     pending = [(table.topic, p) for p in parts]
     last_why = ""
     failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
@@ -202,6 +234,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
                 rows = found.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=fetch)
                 collected.extend(_render_rows(table, rows))
                 outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
+                sources.local(tp[1], found)
             elif isinstance(found, str):
                 remote[found].append(tp)
             else:
@@ -222,10 +255,12 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
                     return _fail(answer)
                 if answer.status != 200:
                     return answer, Outcome.FORWARDED
-                for item in orjson.loads(answer.body)["items"]:
+                doc = orjson.loads(answer.body)
+                for item in doc["items"]:
                     store_key = decode_cursor(item.pop("store_key"))
                     assert isinstance(store_key, bytes)
                     collected.append((store_key, item))
+                sources.remote(doc)
                 outcomes.add(Outcome.FORWARDED)
         pending = waiting
         if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
@@ -239,7 +274,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
         items = [dict(item, store_key=encode_cursor(sk)) for sk, item in page]
     else:
         items = [item for _, item in page]
-    body = orjson.dumps({"items": items, "next_cursor": next_cursor})
+    body = orjson.dumps({"items": items, "next_cursor": next_cursor, **sources.fields()})
     return Response(200, body), _best(outcomes)
 
 
