@@ -144,3 +144,20 @@ async def test_multi_get_reads_a_local_standby_for_a_dead_active(stack: AsyncExi
     assert r.json()["items"] == [{"key": KEY, "value": {"v": 1}}]
     assert r.json()["offsets"] == {str(TP[1]): 40}
     assert r.json()["standby"] is True
+
+
+async def test_multi_get_asks_a_remote_standby_for_a_dead_active(stack: AsyncExitStack) -> None:
+    asker, standby, dead = url(), url(), url()
+    ask_view = StaticView(asker, [USERS])
+    ask_view.set_placement(TP, dead, [standby])
+    await start(stack, ask_view)
+    standby_server = await start(stack, standby_view(standby, dead, [standby]))
+    async with httpx.AsyncClient(base_url=asker, timeout=5.0) as client:
+        # ghost-4 is absent, in the same partition as KEY.
+        r = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY, "ghost-4"]})
+    assert partition_for(b"ghost-4", USERS.partitions) == TP[1]
+    assert r.status_code == 200, r.text
+    assert [i["value"] for i in r.json()["items"]] == [{"v": 1}, None]
+    assert r.json()["offsets"] == {str(TP[1]): 40}
+    assert r.json()["standby"] is True
+    assert standby_server.api.metrics.count("multi_get", Outcome.STANDBY) == 1

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, fallback_target
 from sparkiq.http.responses import Answer, Outcome, Response, failed
-from sparkiq.queries import Failure, FailureReason
+from sparkiq.queries import Failure
 from sparkiq.topology import TopicPartition
 
 if TYPE_CHECKING:
@@ -115,18 +115,5 @@ async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Rea
 
 def answer_as_stand_in(api: HttpApi, tp: TopicPartition, bound: int, read: Read) -> Answer:
     """Asked by another node in place of a failed active: this node's replica or 503 now."""
-    found = api.locator.resolve(tp, bound)
-    if isinstance(found, LocalReplica):
-        return read(found)
-    local = api.locator.stand_in(tp, bound)
-    if local is not None:
-        return read(local)
-    topic, partition = tp
-    return failed(
-        Failure(
-            FailureReason.UNAVAILABLE,
-            f"{api.view.url} has no replica of partition {partition} of {topic} within "
-            f"{bound} offsets of the end",
-            retry_after_s=float(api.settings.retry_after_s),
-        )
-    )
+    found = api.locator.local_only(tp, bound)
+    return failed(found) if isinstance(found, Failure) else read(found)

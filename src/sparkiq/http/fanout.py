@@ -9,7 +9,8 @@ store key so the merge does not depend on how keys render. Both answers carry `o
 (partition -> the changelog offset its replica had reached) and `standby` (whether any part
 came from a standby), merged from the owners' answers. A partition whose owner is
 unreachable or answers 503 is read from a local stand-in within the lag bound if this node
-has one (remote standbys are not asked for these endpoints).
+has one; multi-get then asks the partition's other standbys (`fallback_lag`, as
+`failover` does for single keys), range does not.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from urllib.parse import urlencode
 
 import orjson
 
-from sparkiq.http.locate import Call, LocalReplica
+from sparkiq.http.forward import Unreachable
+from sparkiq.http.locate import Call, LocalReplica, fallback_target
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -121,12 +123,22 @@ async def multi_get(
     render_value = value_codec.render
     pending = dict(by_tp)
     last_why = ""
-    failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
+    failed_actives: set[TopicPartition] = set()  # stand-ins may answer for these
+    tried: dict[TopicPartition, set[str]] = defaultdict(set)  # standbys asked in vain
+    bound = call.stand_in_bound(settings)
     while pending:
-        remote: dict[str, list[TopicPartition]] = defaultdict(list)
+        # (url, asked as a stand-in) -> partitions
+        remote: dict[tuple[str, bool], list[TopicPartition]] = defaultdict(list)
         waiting: dict[TopicPartition, list[int]] = {}
         for tp, indices in pending.items():
-            found = api.locator.resolve_or_stand_in(tp, call, active_failed=tp in failed_actives)
+            if call.fallback_lag is not None:  # asked as a stand-in: own replicas or 503
+                found: LocalReplica | str | Failure = api.locator.local_only(tp, call.fallback_lag)
+                if isinstance(found, Failure):
+                    return _fail(found)
+            else:
+                found = api.locator.resolve_or_stand_in(
+                    tp, call, active_failed=tp in failed_actives
+                )
             if isinstance(found, LocalReplica):
                 got = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
                 for i, value in zip(indices, got, strict=True):
@@ -134,32 +146,46 @@ async def multi_get(
                 outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
                 sources.local(tp[1], found)
             elif isinstance(found, str):
-                remote[found].append(tp)
+                stand_in = None
+                if tp in failed_actives:
+                    untried = [u for u in api.locator.standby_urls(tp) if u not in tried[tp]]
+                    stand_in = untried[0] if untried else None
+                    if stand_in is None:
+                        tried[tp].clear()  # all asked: the active again, then them again
+                if stand_in is None:
+                    remote[(found, False)].append(tp)
+                else:
+                    remote[(stand_in, True)].append(tp)
             else:
                 waiting[tp] = indices
                 last_why = found.message
         if remote:
-            urls = list(remote)
+            asks = list(remote)
             answers = await asyncio.gather(
                 *(
                     _ask_multi(
                         api,
                         url,
-                        table,
-                        [i for tp in remote[url] for i in pending[tp]],
+                        [i for tp in remote[(url, as_stand_in)] for i in pending[tp]],
                         raw_keys,
                         call,
+                        bound if as_stand_in else None,
                     )
-                    for url in urls
+                    for url, as_stand_in in asks
                 )
             )
-            for url, answer in zip(urls, answers, strict=True):
-                indices = [i for tp in remote[url] for i in pending[tp]]
+            for (url, as_stand_in), answer in zip(asks, answers, strict=True):
+                tps = remote[(url, as_stand_in)]
+                indices = [i for tp in tps for i in pending[tp]]
                 if answer is None or (isinstance(answer, Response) and answer.status == 503):
-                    # Try these partitions again after a pause, from a local stand-in if any.
-                    waiting.update((tp, pending[tp]) for tp in remote[url])
-                    failed_actives.update(remote[url])
-                    last_why = f"owner {url} is unreachable or unavailable"
+                    # Try these partitions again after a pause, from a stand-in if any.
+                    waiting.update((tp, pending[tp]) for tp in tps)
+                    if as_stand_in:
+                        for tp in tps:
+                            tried[tp].add(url)
+                    else:
+                        failed_actives.update(tps)
+                    last_why = f"{url} is unreachable or unavailable"
                     continue
                 if isinstance(answer, Failure):
                     return _fail(answer)
@@ -171,7 +197,7 @@ async def multi_get(
                 sources.remote(doc)
                 outcomes.add(Outcome.FORWARDED)
         pending = waiting
-        if pending and not await api.locator.wait(call, api.settings.reconnect_pause_s):
+        if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
             return _fail(api.locator.gave_up(call, last_why))
     items = [
         {"key": codec.render(wire), "value": value}
@@ -182,10 +208,23 @@ async def multi_get(
 
 
 async def _ask_multi(
-    api: HttpApi, url: str, table: TableDef, indices: list[int], raw_keys: list[Any], call: Call
+    api: HttpApi,
+    url: str,
+    indices: list[int],
+    raw_keys: list[Any],
+    call: Call,
+    stand_in_bound: int | None,
 ) -> Response | Failure | None:
+    """Ask `url` for the keys at `indices`; as a stand-in (own replicas only) with a bound."""
     body = orjson.dumps({"keys": [raw_keys[i] for i in indices]})
-    return await api.locator.forward(url, "POST", call.target, body, call)
+    target = call.target
+    if stand_in_bound is not None:
+        target = fallback_target(target, stand_in_bound)
+        answer = await api.locator.ask(
+            url, "POST", target, body, call, api.settings.active_timeout_s
+        )
+        return None if isinstance(answer, Unreachable) else answer
+    return await api.locator.forward(url, "POST", target, body, call)
 
 
 # -- range -------------------------------------------------------------------------------------

@@ -122,6 +122,22 @@ class Locator:
             return None
         return LocalReplica(store, placement.local_offset, True)
 
+    def local_only(self, tp: TopicPartition, bound: int) -> LocalReplica | Failure:
+        """For a read asked of this node as a stand-in: its own replica within `bound`."""
+        found = self.resolve(tp, bound)
+        if isinstance(found, LocalReplica):
+            return found
+        local = self.stand_in(tp, bound)
+        if local is not None:
+            return local
+        topic, partition = tp
+        return Failure(
+            FailureReason.UNAVAILABLE,
+            f"{self.view.url} has no replica of partition {partition} of {topic} within "
+            f"{bound} offsets of the end",
+            retry_after_s=float(self.settings.retry_after_s),
+        )
+
     def standby_urls(self, tp: TopicPartition) -> tuple[str, ...]:
         """Other nodes that follow `tp` as standbys (or warm up on it)."""
         return standby_urls(self.view.placement(tp), self.view.url)
