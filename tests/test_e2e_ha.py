@@ -253,13 +253,15 @@ def test_restarted_node_warms_up_then_takes_actives(
     ever = {p for _, _, p in roles.timeline} | held
     sizes = expect.oracle.produced_per_partition
     expected = sum(tail.get(p, 0) if p in on_disk else sizes[p] for p in ever)
-    mine = next(n for n in meta["nodes"] if n["url"] == node.url)
-    print(f"it is now active for {mine['active']}, standby for {mine['standby']}")
     print(
         f"restored {meta['restored_records']} records; held {sorted(ever)}, on disk "
         f"{sorted(on_disk)}; tail {tail}"
     )
     assert meta["restored_records"] == expected
+    # And it ends with its share of the actives.
+    balanced = _wait_balanced(node.url, timeout_s=30)
+    mine = next(n for n in balanced["nodes"] if n["url"] == node.url)
+    print(f"it is now active for {mine['active']}, standby for {mine['standby']}")
 
 
 def test_scale_out_to_4_and_in_to_2_fails_no_query(
@@ -280,6 +282,18 @@ def test_scale_out_to_4_and_in_to_2_fails_no_query(
         time.sleep(2.0)
     check(load.stats, "scale out to 4, in to 2")
     assert sum(n.is_running() for n in cluster.nodes) == 2
+
+
+def _wait_balanced(url: str, *, timeout_s: float) -> dict[str, Any]:
+    """The metadata once every node has its share of actives (within one) and none warms up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta: dict[str, Any] = httpx.get(f"{url}/v1/metadata").json()
+        counts = [len(n["active"]) for n in meta["nodes"]]
+        if max(counts) - min(counts) <= 1 and not any(p["warming"] for p in meta["partitions"]):
+            return meta
+        assert time.monotonic() < deadline, f"actives never balanced: {meta['nodes']}"
+        time.sleep(0.5)
 
 
 class RoleWatch:

@@ -233,3 +233,40 @@ async def test_killed_member_is_dropped_after_the_session_timeout(
         if child.returncode is None:
             os.kill(child.pid, signal.SIGKILL)
             await asyncio.wait_for(child.wait(), 10)
+
+
+class _Cluster:
+    """What the assignor asks of aiokafka's cluster metadata: partition ids per topic."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self._counts = counts
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self._counts.get(topic, 0)))
+
+
+def test_unassigned_topics_take_no_share_of_the_actives() -> None:
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+
+    from sparkiq.membership import SparkiqAssignor
+
+    maps: list[ClusterMap] = []
+    assignor = SparkiqAssignor(
+        member_info=lambda: MemberInfo(url=url(0)),
+        on_map=maps.append,
+        generation=lambda: 1,
+        standby_replicas=1,
+        acceptable_lag=10,
+        unassigned_topics=("app.catalog",),
+    )
+    topics = ["app.catalog", "table-a"]
+    members = {
+        f"member-{i}": ConsumerProtocolMemberMetadata(0, topics, MemberInfo(url=url(i)).to_bytes())
+        for i in range(3)
+    }
+    out = assignor.assign(_Cluster({"app.catalog": 1, "table-a": 6}), members)
+    cluster_map = ClusterMap.from_bytes(out["member-0"].user_data)
+    assert {tp[0] for tp in cluster_map.owners} == {"table-a"}
+    # 6 partitions over 3 nodes: 2 actives each (with the catalog's partition counted, one
+    # node would get 3 table partitions and another 1 and the catalog's).
+    assert sorted(len(cluster_map.actives_of(url(i))) for i in range(3)) == [2, 2, 2]

@@ -63,12 +63,16 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         generation: Callable[[], int],
         standby_replicas: int,
         acceptable_lag: int,
+        unassigned_topics: Iterable[str] = (),
     ) -> None:
         self._member_info = member_info
         self._on_map = on_map
         self._generation = generation
         self._standby_replicas = standby_replicas
         self._acceptable_lag = acceptable_lag
+        # Subscribed only to keep members in the group (the catalog): in no map, so their
+        # partitions take no node's share of actives.
+        self._unassigned = frozenset(unassigned_topics)
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         return ConsumerProtocolMemberMetadata(
@@ -88,7 +92,11 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 # A member of another sparkiq version or another application in the group:
                 # it gets the map but holds nothing, so the rest of the group still works.
                 log.warning("member %s sent unreadable user data (%s); ignoring it", member_id, exc)
-        partitions = {t: len(cluster.partitions_for_topic(t) or ()) for t in sorted(topics)}
+        partitions = {
+            t: len(cluster.partitions_for_topic(t) or ())
+            for t in sorted(topics)
+            if t not in self._unassigned
+        }
         cluster_map = assign(
             members,
             partitions,
@@ -130,6 +138,7 @@ class GroupMember:
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
         kafka_config: Mapping[str, str] | None = None,
+        unassigned_topics: Iterable[str] = (),
     ) -> None:
         if heartbeat_interval_ms * 2 > session_timeout_ms:
             raise ConfigError(
@@ -148,6 +157,7 @@ class GroupMember:
             generation=self._current_generation,
             standby_replicas=standby_replicas,
             acceptable_lag=acceptable_lag,
+            unassigned_topics=unassigned_topics,
         )
         self._consumer: AIOKafkaConsumer | None = None
         self._poll_task: asyncio.Task[None] | None = None

@@ -76,6 +76,8 @@ class Node:
             acceptable_lag=settings.acceptable_lag,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            # The catalog keeps the node in the group; its partition is nobody's to serve.
+            unassigned_topics=(settings.catalog_topic,),
         )
 
     # ---- NodeView -------------------------------------------------------------------
