@@ -136,6 +136,29 @@ def broker(port: int) -> None:
     show_default=True,
     help="Group session timeout (failure detection).",
 )
+@_env_option(
+    "--heartbeat-interval-ms",
+    envvar="SPARKIQ_HEARTBEAT_INTERVAL_MS",
+    type=click.IntRange(min=100),
+    default=None,
+    help="Group heartbeat interval; keep it a third of the session timeout or less "
+    "[default: 1000].",
+)
+@_env_option(
+    "--standby-max-lag",
+    envvar="SPARKIQ_STANDBY_MAX_LAG",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Most offsets behind at which a standby answers when the active cannot "
+    "(a request's max_lag overrides it) [default: 10000].",
+)
+@_env_option(
+    "--active-timeout-s",
+    envvar="SPARKIQ_ACTIVE_TIMEOUT_S",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="How long the active gets before a standby is asked [default: 1.0].",
+)
 @click.option(
     "--request-budget-s",
     envvar="SPARKIQ_REQUEST_BUDGET_S",
