@@ -191,6 +191,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="invoices/s for freshness")
     parser.add_argument("--seconds", type=float, default=60.0, help="freshness duration")
     parser.add_argument("--rate-rows", type=int, default=20_000, help="rate source saturation")
+    parser.add_argument(
+        "--shuffle-partitions", type=int, default=2, help="the pipeline's (the reference keeps 2)"
+    )
     args = parser.parse_args()
 
     print(f"load average before: {os.getloadavg()}", flush=True)
@@ -208,7 +211,12 @@ def main() -> None:
             bootstrap_servers=bootstrap,
             checkpoint_dir=work / "checkpoints",
             log_path=work / "pipeline.log",
-            extra_args=["--trigger", TRIGGER],
+            extra_args=[
+                "--trigger",
+                TRIGGER,
+                "--shuffle-partitions",
+                str(args.shuffle_partitions),
+            ],
         ).start()
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)
         try:
