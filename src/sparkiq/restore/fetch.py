@@ -8,20 +8,12 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 
+from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.topology import TopicPartition
 
-# Tuned for restore throughput on a 2-core box (../shared/BASELINES.md): large fetches, a deep
-# local queue, and a short fetch wait so a standby sees new records within ~100 ms.
-CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,
-    "auto.offset.reset": "earliest",
-    "fetch.wait.max.ms": 100,
-    "max.partition.fetch.bytes": 10 * 1024 * 1024,
-    "fetch.max.bytes": 60 * 1024 * 1024,
-    "queued.min.messages": 1_000_000,
-}
+# The restorer reads with the project's tuned settings (a standby sees new records within
+# ~100 ms of their arrival).
+CONSUMER_CONF: Mapping[str, str | int | float | bool] = TUNED_READ_CONF
 
 BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write
 

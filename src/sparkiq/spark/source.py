@@ -53,6 +53,7 @@ from pyspark.sql.types import (
 )
 
 from sparkiq.errors import ConfigError, KafkaError, TopicNotFoundError
+from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.kafka.offsets import true_end_offsets, watermarks
 from sparkiq.spark.options import (
     FORMAT_NAME,
@@ -89,19 +90,6 @@ TP = tuple[str, int]
 
 _EARLIEST = -2  # the markers Spark's Kafka source accepts in startingOffsets JSON
 _LATEST = -1
-
-# librdkafka settings for reading offset ranges: fetch big chunks and keep a deep queue (the
-# "tuned" consumer of BASELINES.md); never commit, never join a group.
-_READ_CONF: Mapping[str, str | int | float | bool] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": True,
-    "auto.offset.reset": "earliest",
-    "fetch.wait.max.ms": 100,
-    "max.partition.fetch.bytes": 10 * 1024 * 1024,
-    "fetch.max.bytes": 60 * 1024 * 1024,
-    "queued.min.messages": 1_000_000,
-}
 
 _ARROW_ROWS_PER_BATCH = 50_000
 
@@ -403,7 +391,7 @@ def _borrow(options: SourceOptions) -> Consumer:
         # assign() mode: the group id is never used to join or commit.
         "group.id": "sparkiq-source",
     }
-    conf.update(_READ_CONF)
+    conf.update(TUNED_READ_CONF)  # never commits, never joins a group
     conf.update(dict(options.kafka_config))
     return Consumer(conf)
 
