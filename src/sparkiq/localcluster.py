@@ -6,9 +6,7 @@ stopped by its PID (SIGTERM for a graceful stop, SIGKILL to simulate a crash).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +17,7 @@ import httpx
 
 from sparkiq.broker import free_port
 from sparkiq.errors import SparkiqError
-from sparkiq.processes import stop_process
+from sparkiq.processes import spawn_sparkiq, stop_process
 
 
 @dataclass
@@ -45,32 +43,22 @@ class NodeProcess:
 
     def start(self) -> NodeProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "sparkiq",
-                    "serve",
-                    "--bootstrap-servers",
-                    self.bootstrap_servers,
-                    "--app",
-                    self.app,
-                    "--listen",
-                    f"127.0.0.1:{self.port}",
-                    "--state-dir",
-                    str(self.state_dir),
-                    *self.extra_args,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **self.env},
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        self.proc = spawn_sparkiq(
+            [
+                "serve",
+                "--bootstrap-servers",
+                self.bootstrap_servers,
+                "--app",
+                self.app,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--state-dir",
+                str(self.state_dir),
+                *self.extra_args,
+            ],
+            self.log_path,
+            env=self.env,
+        )
         return self
 
     def is_running(self) -> bool:

@@ -15,14 +15,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkiq.kafka.admin import partition_count
 from sparkiq.kafka.offsets import true_end_offsets
-from sparkiq.processes import stop_process
+from sparkiq.processes import spawn_sparkiq, stop_process
 
 
 @dataclass
@@ -51,9 +51,6 @@ class PipelineProcess:
         with contextlib.suppress(FileNotFoundError):
             self.status_path.unlink()
         args = [
-            sys.executable,
-            "-m",
-            "sparkiq",
             "run",
             str(self.pipeline_file),
             "--bootstrap-servers",
@@ -70,17 +67,7 @@ class PipelineProcess:
         for name, value in self.params.items():
             args += ["--param", f"{name}={value}"]
         args += list(self.extra_args)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
-        try:
-            self.proc = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        self.proc = spawn_sparkiq(args, self.log_path)
         return self
 
     def is_running(self) -> bool:
@@ -126,14 +113,8 @@ class PipelineProcess:
 
     def caught_up(self, topics: Sequence[str]) -> bool:
         """True when every query has processed every record now in *topics*."""
-        ends = true_end_offsets(
-            self.bootstrap_servers,
-            [
-                (t, p)
-                for t, n in _partition_counts(self.bootstrap_servers, topics)
-                for p in range(n)
-            ],
-        )
+        tps = [(t, p) for t in topics for p in range(partition_count(self.bootstrap_servers, t))]
+        ends = true_end_offsets(self.bootstrap_servers, tps)
         processed = self.processed()
         if not processed:
             return False
@@ -144,9 +125,3 @@ class PipelineProcess:
                 if end > 0 and offsets.get(topic, {}).get(str(partition), 0) < end:
                     return False
         return True
-
-
-def _partition_counts(bootstrap: str, topics: Sequence[str]) -> list[tuple[str, int]]:
-    from sparkiq.kafka.admin import partition_count
-
-    return [(t, partition_count(bootstrap, t)) for t in topics]

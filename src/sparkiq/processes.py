@@ -1,4 +1,4 @@
-"""Stops child processes that sparkiq started, by PID: a signal, a grace period, then SIGKILL."""
+"""Child processes that sparkiq starts (`python -m sparkiq ...`) and stops, by PID."""
 
 from __future__ import annotations
 
@@ -6,6 +6,27 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def spawn_sparkiq(
+    args: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `python -m sparkiq ARGS` in its own session, output appended to *log_path*."""
+    log = open(log_path, "ab")  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sparkiq", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    finally:
+        log.close()
 
 
 def stop_process(
