@@ -151,6 +151,16 @@ def run_demo(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _check_alive(pipeline: PipelineProcess, feed: InvoiceFeed | None = None) -> None:
+    """Fail the demo, naming the culprit, when the generator or the pipeline has stopped."""
+    if feed is not None and feed.error is not None:
+        raise SparkiqError(f"the invoice generator failed: {feed.error}")
+    if not pipeline.is_running():
+        raise SparkiqError(
+            f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
+        )
+
+
 def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 600.0) -> None:
     """Progress while Spark starts the queries, one by one, each with a first micro-batch.
 
@@ -159,10 +169,7 @@ def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 600.0) -> No
     deadline = time.monotonic() + timeout_s
     began = time.monotonic()
     while not pipeline.running():
-        if not pipeline.is_running():
-            raise SparkiqError(
-                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
-            )
+        _check_alive(pipeline)
         if time.monotonic() > deadline:
             raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
         status = pipeline.status() or {}
@@ -203,12 +210,7 @@ def _wait_until_serving(
     deadline = time.monotonic() + timeout_s
     tps = [(SOURCE, p) for p in range(SOURCE_PARTITIONS)]
     while True:
-        if feed.error is not None:
-            raise SparkiqError(f"the invoice generator failed: {feed.error}")
-        if not pipeline.is_running():
-            raise SparkiqError(
-                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
-            )
+        _check_alive(pipeline, feed)
         status = pipeline.status()
         queries = len(status["queries"]) if status else 0
         processed = _processed(pipeline)
@@ -274,12 +276,7 @@ def _run_until_stopped(
     deadline = None if duration_s is None else time.monotonic() + duration_s
     last_report = time.monotonic()
     while deadline is None or time.monotonic() < deadline:
-        if feed.error is not None:
-            raise SparkiqError(f"the invoice generator failed: {feed.error}")
-        if not pipeline.is_running():
-            raise SparkiqError(
-                f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
-            )
+        _check_alive(pipeline, feed)
         if time.monotonic() - last_report >= 30:
             last_report = time.monotonic()
             click.echo(f"    {feed.written} invoices generated, {_processed(pipeline)} processed")
