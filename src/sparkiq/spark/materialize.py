@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkiq.catalog import DEFAULT_APP, register_table
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = [
-    "MaterializeTarget",
     "changelog",
     "changelog_columns",
     "define_table",
@@ -87,27 +85,19 @@ def parse_duration_ms(text: str | int) -> int:
     return ms
 
 
-@dataclass(frozen=True)
-class MaterializeTarget:
-    """Where a table's changelog goes: the broker, the catalog (app) and the definition."""
-
-    bootstrap_servers: str
-    table: TableDef
-    app: str = DEFAULT_APP
-
-
-def prepare_table(target: MaterializeTarget, *, timeout_s: float = 30.0) -> None:
-    """Create the changelog topic if it is missing and (re-)register the table."""
-    table = target.table
+def prepare_table(
+    bootstrap_servers: str, table: TableDef, *, app: str = DEFAULT_APP, timeout_s: float = 30.0
+) -> None:
+    """Create the changelog topic if it is missing and (re-)register the table in *app*."""
     create_topic(
-        target.bootstrap_servers,
+        bootstrap_servers,
         table.topic,
         table.partitions,
         config=CHANGELOG_TOPIC_CONFIG,
         exist_ok=True,
         timeout_s=timeout_s,
     )
-    register_table(target.bootstrap_servers, table, app=target.app, timeout_s=timeout_s)
+    register_table(bootstrap_servers, table, app=app, timeout_s=timeout_s)
 
 
 def _col(c: str | Column) -> Column:
@@ -301,7 +291,7 @@ def materialize(
     if (window is not None) != definition.is_windowed:
         raise ConfigError("a windowed table needs both window=<column> and window_size=...")
     records = changelog(df, definition, key=key, value=value, window=window, deleted=deleted)
-    prepare_table(MaterializeTarget(bootstrap_servers, definition, app))
+    prepare_table(bootstrap_servers, definition, app=app)
     return start_kafka_write(
         records,
         name=f"table {table}",

@@ -29,7 +29,6 @@ from sparkiq.catalog import DEFAULT_APP
 from sparkiq.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.materialize import (
-    MaterializeTarget,
     materialize,
     prepare_table,
     start_kafka_write,
@@ -142,7 +141,7 @@ class PipelineContext:
 
     def prepare_table(self, table: TableDef) -> None:
         """Create *table*'s changelog topic and register it (for hand-written changelogs)."""
-        prepare_table(MaterializeTarget(self.bootstrap_servers, table, self.app))
+        prepare_table(self.bootstrap_servers, table, app=self.app)
 
     def materialize(
         self,
