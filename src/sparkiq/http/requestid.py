@@ -1,0 +1,34 @@
+"""The request id: one per client request, carried across forwards, in every log line.
+
+A caller may send its own id in `x-request-id` (up to 64 characters of letters, digits, '.',
+'_', '-'); otherwise the first node makes one. Forwarded requests carry it to the owner, the
+answer echoes it, and `REQUEST_ID` holds it while the request is answered so that log
+records can name it (see `sparkiq.logs`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextvars import ContextVar
+
+REQUEST_ID_HEADER = "x-request-id"
+
+# The id of the request being answered in this task, or None outside a request.
+REQUEST_ID: ContextVar[str | None] = ContextVar("sparkiq_request_id", default=None)
+
+_VALID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def new_request_id() -> str:
+    """A fresh id: 16 hex digits."""
+    return os.urandom(8).hex()
+
+
+def accept_request_id(sent: str | bytes | None) -> str:
+    """The caller's id if it is well formed, else a fresh one."""
+    if sent is not None:
+        text = sent.decode("latin-1") if isinstance(sent, bytes) else sent
+        if _VALID.fullmatch(text):
+            return text
+    return new_request_id()
