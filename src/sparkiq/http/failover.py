@@ -73,6 +73,7 @@ async def answer_single(
             if isinstance(answer, Response) and answer.status != 503:
                 return answer, Outcome.FORWARDED
             if isinstance(answer, Unreachable):
+                api.metrics.forward_failed(answer)
                 why = f"active {found} is unreachable ({answer.message})"
                 pause = settings.reconnect_pause_s
             else:
@@ -110,6 +111,8 @@ async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Rea
         )
         if isinstance(answer, Response) and answer.status not in (503, 508):
             return answer, Outcome.FORWARDED
+        if isinstance(answer, Unreachable):
+            api.metrics.forward_failed(answer)
     return None
 
 

@@ -223,8 +223,13 @@ async def _ask_multi(
         answer = await api.locator.ask(
             url, "POST", target, body, call, api.settings.active_timeout_s
         )
-        return None if isinstance(answer, Unreachable) else answer
-    return await api.locator.forward(url, "POST", target, body, call)
+        if isinstance(answer, Unreachable):
+            api.metrics.forward_failed(answer)
+            return None
+        return answer
+    return await api.locator.forward(
+        url, "POST", target, body, call, on_unreachable=api.metrics.forward_failed
+    )
 
 
 # -- range -------------------------------------------------------------------------------------
@@ -392,7 +397,9 @@ async def _ask_range(
     query["limit"] = str(fetch)
     query["partitions"] = ",".join(str(p) for _, p in tps)
     target = f"/v1/tables/{table.name}/range?{urlencode(query)}"
-    return await api.locator.forward(url, "GET", target, None, call)
+    return await api.locator.forward(
+        url, "GET", target, None, call, on_unreachable=api.metrics.forward_failed
+    )
 
 
 def _fail(failure: Failure) -> Answer:

@@ -11,6 +11,7 @@ active cannot answer, `stand_in` and `standby_urls` name the replicas that may a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkiq.http.forward import Forwarder, Unreachable
@@ -176,11 +177,23 @@ class Locator:
         )
 
     async def forward(
-        self, url: str, method: str, target: str, body: bytes | None, call: Call
+        self,
+        url: str,
+        method: str,
+        target: str,
+        body: bytes | None,
+        call: Call,
+        *,
+        on_unreachable: Callable[[Unreachable], None] | None = None,
     ) -> Response | Failure | None:
-        """Ask the owner once. None = unreachable and worth another try after a pause."""
+        """Ask the owner once. None = unreachable and worth another try after a pause.
+
+        `on_unreachable` hears of a forward that got no answer (the forward error metrics).
+        """
         result = await self.ask(url, method, target, body, call)
         if isinstance(result, Unreachable):
+            if on_unreachable is not None:
+                on_unreachable(result)
             if await self.wait(call, self.settings.reconnect_pause_s):
                 return None
             return self.gave_up(call, f"owner {url} is unreachable ({result.message})")

@@ -4,24 +4,64 @@ Each node (and each test server) gets its own registry, so several nodes in one 
 not share counters. Observing is plain integer arithmetic on dicts, read by a custom
 collector at scrape time: prometheus_client's Counter/Histogram take a lock and walk their
 buckets per observation, which measured as a sizeable share of a ~50 us local answer.
+
+Also counted here: forwards that got no answer (`forward_failed`, by reason and target
+node), and, when asked for, an access log of one INFO line per answered request on the
+`sparkiq.access` logger. With the access log off, `observe` is the plain counting function:
+the log costs nothing unless it is on.
 """
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sparkiq.http.forward import Unreachable
 from sparkiq.http.responses import Outcome
 
 # Local reads take ~50 us, forwarded ones a few hundred; waits run to the budget (seconds).
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+access_log = logging.getLogger("sparkiq.access")
+
+
+class ForwardError(StrEnum):
+    """Why a forward got no answer; a label of `sparkiq_forward_errors`."""
+
+    TIMEOUT = "timeout"  # no answer within the request's budget (or the active's timeout)
+    REFUSED = "refused"  # nothing listens at the target (node down or restarting)
+    RESET = "reset"  # the connection broke: reset, closed early, or not HTTP/1.1
+    BAD_URL = "bad_url"  # the target URL in the cluster map cannot be used
+    OTHER = "other"  # any other socket error (no route, name resolution...)
+
+
+def forward_error(unreachable: Unreachable) -> ForwardError:
+    """The reason behind an `Unreachable`, read off the message `PoolForwarder` wrote.
+
+    Its messages are "no answer within ...", "<exception class>: ..." for a socket error or
+    a broken exchange, and "cannot forward to ..." for a URL it cannot use.
+    """
+    message = unreachable.message
+    if message.startswith(("no answer within", "TimeoutError")):
+        return ForwardError.TIMEOUT
+    if message.startswith("ConnectionRefusedError"):
+        return ForwardError.REFUSED
+    if message.startswith(
+        ("ConnectionResetError", "ConnectionAbortedError", "BrokenPipeError", "_Broken")
+    ):
+        return ForwardError.RESET
+    if message.startswith("cannot forward to"):
+        return ForwardError.BAD_URL
+    return ForwardError.OTHER
 
 
 class _Latency:
@@ -32,16 +72,49 @@ class _Latency:
         self.total = 0.0
 
 
-class HttpMetrics(Collector):
-    """The node's HTTP metrics, in a registry of its own."""
+Observe = Callable[[str, Outcome, int, float], None]
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+
+class HttpMetrics(Collector):
+    """The node's HTTP metrics, in a registry of its own.
+
+    `observe(endpoint, outcome, status, seconds)` counts one answered request; with
+    `access_log=True` it also logs it. Callers may bind `observe` once (the key path does), so
+    the choice is made here, when the metrics are built.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, access_log: bool = False
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._requests: dict[tuple[str, Outcome, int], int] = {}
         self._latency: dict[tuple[str, Outcome], _Latency] = {}
+        self._forward_errors: dict[tuple[ForwardError, str], int] = {}
+        self.observe: Observe = self._count_and_log if access_log else self._count
         self.registry.register(self)
 
-    def observe(self, endpoint: str, outcome: Outcome, status: int, seconds: float) -> None:
+    def forward_failed(self, unreachable: Unreachable) -> None:
+        """Count a forward to another node that got no answer."""
+        key = (forward_error(unreachable), unreachable.url)
+        self._forward_errors[key] = self._forward_errors.get(key, 0) + 1
+
+    def forward_errors(self, reason: ForwardError | None = None) -> int:
+        """Forwards that got no answer so far (optionally for one reason)."""
+        return sum(n for (r, _), n in self._forward_errors.items() if reason in (None, r))
+
+    def _count_and_log(self, endpoint: str, outcome: Outcome, status: int, seconds: float) -> None:
+        self._count(endpoint, outcome, status, seconds)
+        ms = round(seconds * 1000, 3)
+        access_log.info(
+            "%s %s %d %.3fms",
+            endpoint,
+            outcome.value,
+            status,
+            ms,
+            extra={"endpoint": endpoint, "outcome": outcome.value, "status": status, "ms": ms},
+        )
+
+    def _count(self, endpoint: str, outcome: Outcome, status: int, seconds: float) -> None:
         key = (endpoint, outcome, status)
         self._requests[key] = self._requests.get(key, 0) + 1
         latency = self._latency.get((endpoint, outcome))
@@ -79,6 +152,14 @@ class HttpMetrics(Collector):
                 buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
             latency.add_metric((endpoint, outcome.value), buckets, hist.total)
         yield latency
+        errors = CounterMetricFamily(
+            "sparkiq_forward_errors",
+            "Requests forwarded to another node that got no answer, by reason and target.",
+            labels=("reason", "target"),
+        )
+        for (reason, target), n in sorted(self._forward_errors.items()):
+            errors.add_metric((reason.value, target), n)
+        yield errors
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
