@@ -171,6 +171,21 @@ def broker(port: int) -> None:
 @click.option(
     "--log-level", envvar="SPARKIQ_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True
 )
+@_env_option(
+    "--log-format",
+    envvar="SPARKIQ_LOG_FORMAT",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="Log lines as text, or as one JSON object per line (with node and request id) "
+    "[default: text].",
+)
+@_env_option(
+    "--access-log/--no-access-log",
+    envvar="SPARKIQ_ACCESS_LOG",
+    default=None,
+    help="Log one line per answered request (endpoint, outcome, status, ms, request id) "
+    "[default: off].",
+)
 def serve(**options: Any) -> None:
     """Run a serving node: join the cluster, restore partitions, answer HTTP queries."""
     from pydantic import ValidationError
@@ -305,11 +320,23 @@ def get(table_name: str, key: str, urls: tuple[str, ...], max_lag: int | None) -
 @main.command()
 @_url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw metadata.")
-def cluster(urls: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--watch",
+    "watch_s",
+    type=click.FloatRange(min=0.2),
+    default=None,
+    is_flag=False,
+    flag_value=2.0,
+    help="Show it again every N seconds (default 2) until Ctrl-C.",
+)
+def cluster(urls: tuple[str, ...], as_json: bool, watch_s: float | None) -> None:
     """Show which node holds which partitions and how far behind each replica is."""
-    from sparkiq.clusterview import render_cluster
+    from sparkiq.clusterview import render_cluster, watch_cluster
 
-    _run(lambda: click.echo(render_cluster(list(urls), as_json=as_json)))
+    if watch_s is None:
+        _run(lambda: click.echo(render_cluster(list(urls), as_json=as_json)))
+    else:
+        _run(lambda: watch_cluster(list(urls), interval_s=watch_s, as_json=as_json))
 
 
 @main.command()

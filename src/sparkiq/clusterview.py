@@ -1,8 +1,15 @@
-"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition."""
+"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition.
+
+`watch_cluster` renders it again every few seconds (`sparkiq cluster --watch`), redrawing
+the screen on a terminal and printing one block after another otherwise.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import httpx
 import orjson
@@ -64,3 +71,40 @@ def render_cluster(urls: list[str], *, as_json: bool = False, timeout_s: float =
                 f"{r['position']:>9} {r['end']:>9} {r['lag']:>7}"
             )
     return "\n".join(lines)
+
+
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def watch_cluster(
+    urls: list[str],
+    *,
+    interval_s: float = 2.0,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    rounds: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Render the cluster every `interval_s` until Ctrl-C (or `rounds` times).
+
+    A node that does not answer is shown as such and the watch goes on: it is what one
+    watches a cluster for.
+    """
+    out = out if out is not None else sys.stdout
+    live = out.isatty()
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            try:
+                text = render_cluster(urls, as_json=as_json, timeout_s=min(interval_s, 3.0))
+            except ClientError as exc:
+                text = f"sparkiq: {exc}"
+            stamp = time.strftime("%H:%M:%S")
+            out.write(f"{_CLEAR_SCREEN if live else ''}{stamp} (every {interval_s:g}s)\n")
+            out.write(text + "\n" + ("" if live else "\n"))
+            out.flush()
+            done += 1
+            if rounds is None or done < rounds:
+                sleep(interval_s)
+    except KeyboardInterrupt:
+        pass

@@ -159,6 +159,11 @@ class Node:
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded
 
+    @property
+    def cluster_map(self) -> ClusterMap:
+        """The assignment of the group generation this node last joined (for the metrics)."""
+        return self._map
+
     def is_ready(self) -> bool:
         if not self._joined:
             return False

@@ -3,19 +3,32 @@
 On SIGTERM or SIGINT the node leaves the consumer group at once (so the others take its
 partitions without waiting for a session timeout), then the HTTP server stops accepting and
 finishes the requests in flight, and only then restoring stops and the stores are closed.
+
+`/metrics` carries the HTTP metrics (`sparkiq.http.metrics`) and the node's own
+(`sparkiq.nodemetrics`); while partitions restore, their progress is shown on stderr
+(`sparkiq.restoreprogress`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import sys
 
 import uvloop
 
-from sparkiq.http import HttpSettings, serve
+from sparkiq.http import HttpSettings
+from sparkiq.http.metrics import HttpMetrics
+from sparkiq.http.server import HttpServer
+from sparkiq.logs import LogFormat, StatusLineHandler, configure_logging
 from sparkiq.node import Node
+from sparkiq.nodemetrics import NodeMetrics
+from sparkiq.restore import PartitionStatus
+from sparkiq.restoreprogress import RestoreProgress, report_progress
 from sparkiq.settings import NodeSettings
+from sparkiq.topology import TopicPartition
 
 log = logging.getLogger("sparkiq.serving")
 
@@ -31,21 +44,41 @@ def http_settings(settings: NodeSettings) -> HttpSettings:
     )
 
 
-async def serve_node(settings: NodeSettings, stop: asyncio.Event | None = None) -> None:
-    """Run a node until `stop` is set (or a signal arrives, when no event is given)."""
+async def serve_node(
+    settings: NodeSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    status_line: StatusLineHandler | None = None,
+) -> None:
+    """Run a node until `stop` is set (or a signal arrives, when no event is given).
+
+    With `status_line`, restore progress is a live line on that handler (a terminal);
+    otherwise it is logged every 2 s while partitions restore.
+    """
     stop = stop if stop is not None else _signal_event()
     node = Node(settings)
-    server = await serve(node, settings.host, settings.port, http_settings(settings))
+    progress = RestoreProgress()
+    metrics = HttpMetrics(access_log=settings.access_log)
+    metrics.registry.register(NodeMetrics(node, progress))
+    server = HttpServer(
+        node, settings.host, settings.port, http_settings(settings), metrics=metrics
+    )
+    await server.start()
     log.info("node %s: HTTP API on %s", settings.url, settings.listen)
-    background: asyncio.Task[None] | None = None
+    background: list[asyncio.Task[None]] = []
     try:
+        background.append(asyncio.create_task(_show_progress(node, progress, status_line)))
         await node.start()
-        background = asyncio.create_task(node.run_background())
+        background.append(asyncio.create_task(node.run_background()))
         await stop.wait()
         log.info("node %s: stopping", settings.url)
     finally:
-        if background is not None:
-            background.cancel()
+        for task in background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if status_line is not None:
+            status_line.clear_status()
         # Leave first (the others take over at once), then let the HTTP server finish the
         # requests in flight, and only then close the stores they read.
         for step in (node.leave, server.stop, node.stop):
@@ -54,6 +87,20 @@ async def serve_node(settings: NodeSettings, stop: asyncio.Event | None = None) 
             except Exception as exc:
                 log.warning("node %s: error while stopping: %r", settings.url, exc)
         log.info("node %s: stopped", settings.url)
+
+
+async def _show_progress(
+    node: Node, progress: RestoreProgress, status_line: StatusLineHandler | None
+) -> None:
+    def read() -> tuple[dict[TopicPartition, PartitionStatus], int]:
+        return node.restorer.statuses(), node.restorer.records_applied
+
+    await report_progress(
+        progress,
+        read,
+        status_line=status_line.set_status if status_line is not None else None,
+        clear_status=status_line.clear_status if status_line is not None else None,
+    )
 
 
 def _signal_event() -> asyncio.Event:
@@ -66,9 +113,8 @@ def _signal_event() -> asyncio.Event:
 
 def run_node(settings: NodeSettings) -> None:
     """Entry point of `sparkiq serve`."""
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    uvloop.run(serve_node(settings))
+    fmt = LogFormat(settings.log_format)
+    handler = configure_logging(settings.log_level, fmt, node=settings.url)
+    # A live progress line on a terminal; plain log lines in files and JSON logs.
+    live = fmt is LogFormat.TEXT and sys.stderr.isatty()
+    uvloop.run(serve_node(settings, status_line=handler if live else None))

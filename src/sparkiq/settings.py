@@ -7,6 +7,7 @@ named `SPARKIQ_<FIELD>` (e.g. `SPARKIQ_BOOTSTRAP_SERVERS`), then the defaults be
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -82,6 +83,16 @@ class NodeSettings(BaseSettings):
         1_048_576, ge=1, description="Largest request body accepted, in bytes."
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log format: 'text' (one line per record) or 'json' (one object per line "
+        "with time, level, logger, message, node, request_id, exception).",
+    )
+    access_log: bool = Field(
+        False,
+        description="Log one INFO line per answered request (endpoint, outcome, status, ms, "
+        "request id) on the 'sparkiq.access' logger.",
+    )
 
     @field_validator("listen")
     @classmethod

@@ -1,0 +1,225 @@
+"""Node metrics read at scrape time (nodemetrics.py) and restore progress (restoreprogress.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sparkiq.nodemetrics import NodeMetrics, PartitionState
+from sparkiq.restore import PartitionStatus, ReplicaState
+from sparkiq.restoreprogress import (
+    RestoreProgress,
+    RestoreRound,
+    RestoreSnapshot,
+    fraction_done,
+)
+from sparkiq.tables import TableDef
+from sparkiq.topology import ClusterMap, PartitionOwners, TopicPartition
+
+ME, OTHER = "http://127.0.0.1:8101", "http://127.0.0.1:8102"
+USERS = TableDef("users", "users-changelog", 4)
+ORDERS = TableDef("orders", "orders-changelog", 2)
+
+
+def status(
+    table: TableDef, p: int, state: ReplicaState, position: int, end: int
+) -> PartitionStatus:
+    return PartitionStatus(
+        (table.topic, p), table.name, state, position, end, max(end - position, 0)
+    )
+
+
+@dataclass
+class FakeRestorer:
+    """The restorer's read side, set by the test."""
+
+    by_tp: dict[TopicPartition, PartitionStatus] = field(default_factory=dict)
+    records_applied: int = 0
+    skipped_records: int = 0
+    refetches: int = 0
+
+    def statuses(self) -> Mapping[TopicPartition, PartitionStatus]:
+        return dict(self.by_tp)
+
+    def put(self, *statuses: PartitionStatus) -> None:
+        for st in statuses:
+            self.by_tp[st.tp] = st
+
+
+@dataclass
+class FakeNode:
+    url: str
+    restorer: FakeRestorer
+    cluster_map: ClusterMap = field(default_factory=ClusterMap)
+    known: Sequence[TableDef] = (USERS, ORDERS)
+    ready: bool = False
+
+    def tables(self) -> Sequence[TableDef]:
+        return self.known
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+
+def scrape(node: FakeNode, progress: RestoreProgress | None = None) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(NodeMetrics(node, progress))
+    return registry
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def node() -> FakeNode:
+    restorer = FakeRestorer(records_applied=1_234, skipped_records=2, refetches=1)
+    restorer.put(
+        status(USERS, 0, ReplicaState.ACTIVE, 500, 500),
+        status(USERS, 1, ReplicaState.RESTORING, 300, 1_000),
+        status(USERS, 2, ReplicaState.STANDBY, 90, 100),
+        status(USERS, 3, ReplicaState.STANDBY, 40, 100),
+    )
+    owners = {
+        (USERS.topic, 0): PartitionOwners(ME, (OTHER,)),
+        (USERS.topic, 1): PartitionOwners(ME, (OTHER,)),
+        (USERS.topic, 2): PartitionOwners(OTHER, (ME,)),
+        (USERS.topic, 3): PartitionOwners(OTHER, (), (ME,)),
+    }
+    return FakeNode(ME, restorer, ClusterMap(7, owners, {ME: {}, OTHER: {}}))
+
+
+def test_partitions_by_table_and_state(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_partitions", table="users", state="active") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="restoring") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="standby") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="warming") == 1
+    # A table with no local replica still has its series, at zero.
+    for state in PartitionState:
+        assert value(r, "sparkiq_partitions", table="orders", state=state.value) == 0
+
+
+def test_lag_position_and_end_per_partition(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_partition_lag", table="users", partition="1", state="restoring") == (
+        700
+    )
+    assert value(r, "sparkiq_partition_lag", table="users", partition="2", state="standby") == 10
+    assert value(r, "sparkiq_partition_lag", table="users", partition="3", state="warming") == 60
+    assert value(r, "sparkiq_partition_lag", table="users", partition="0", state="active") == 0
+    assert (
+        value(r, "sparkiq_partition_position", table="users", partition="2", state="standby") == 90
+    )
+    assert (
+        value(r, "sparkiq_partition_end_offset", table="users", partition="1", state="restoring")
+        == 1_000
+    )
+
+
+def test_restore_progress_and_counters(node: FakeNode) -> None:
+    progress = RestoreProgress()
+    # The restore of partition 1 began at offset 200 ...
+    node.restorer.put(status(USERS, 1, ReplicaState.RESTORING, 200, 1_000))
+    progress.update(node.restorer.statuses(), node.restorer.records_applied, now=0.0)
+    # ... and is at 300 of 1000 when scraped.
+    node.restorer.put(status(USERS, 1, ReplicaState.RESTORING, 300, 1_000))
+    r = scrape(node, progress)
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="1") == 700
+    assert value(r, "sparkiq_restore_progress_ratio", table="users", partition="1") == 0.125
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="0") is None
+    assert value(r, "sparkiq_restore_records_total") == 1_234
+    assert value(r, "sparkiq_restore_skipped_records_total") == 2
+    assert value(r, "sparkiq_restore_refetches_total") == 1
+    # Without progress tracking the restore counts from where it is now.
+    assert value(scrape(node), "sparkiq_restore_progress_ratio", table="users", partition="1") == 0
+
+
+def test_group_ready_and_tables(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_group_generation") == 7
+    assert value(r, "sparkiq_cluster_nodes") == 2
+    assert value(r, "sparkiq_ready") == 0
+    assert value(r, "sparkiq_tables") == 2
+    node.ready = True
+    assert value(r, "sparkiq_ready") == 1  # read again at each scrape
+
+
+def test_values_follow_the_node_between_scrapes(node: FakeNode) -> None:
+    r = scrape(node)
+    node.restorer.put(status(USERS, 1, ReplicaState.ACTIVE, 1_000, 1_000))
+    node.restorer.records_applied += 700
+    assert value(r, "sparkiq_partitions", table="users", state="restoring") == 0
+    assert value(r, "sparkiq_partitions", table="users", state="active") == 2
+    assert value(r, "sparkiq_restore_records_total") == 1_934
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="1") is None
+
+
+def test_an_empty_node_scrapes() -> None:
+    r = scrape(FakeNode(ME, FakeRestorer(), known=()))
+    assert value(r, "sparkiq_group_generation") == -1
+    assert value(r, "sparkiq_tables") == 0
+    assert value(r, "sparkiq_restore_records_total") == 0
+
+
+# -- restore progress ----------------------------------------------------------------------
+
+
+def test_fraction_done() -> None:
+    assert fraction_done(100, 100, 200) == 0.0
+    assert fraction_done(100, 150, 200) == 0.5
+    assert fraction_done(100, 250, 200) == 1.0  # the end seen was stale
+    assert fraction_done(100, 100, 100) == 1.0  # nothing to restore
+    assert fraction_done(100, 50, 100) == 0.0
+
+
+def test_a_round_from_start_to_end() -> None:
+    progress = RestoreProgress()
+    a, b, s = (USERS.topic, 0), (USERS.topic, 1), (USERS.topic, 2)
+    assert progress.update({}, 0, now=0.0) is None
+    standby = status(USERS, 2, ReplicaState.STANDBY, 10, 10)
+    statuses = {
+        a: status(USERS, 0, ReplicaState.RESTORING, 0, 1_000),
+        b: status(USERS, 1, ReplicaState.RESTORING, 500, 1_500),
+        s: standby,
+    }
+    first = progress.update(statuses, 100, now=10.0)
+    assert isinstance(first, RestoreSnapshot)
+    assert (first.done, first.partitions, first.remaining, first.records) == (0, 2, 2_000, 0)
+    assert first.eta_s is None  # no rate yet
+    statuses[a] = status(USERS, 0, ReplicaState.ACTIVE, 1_000, 1_000)
+    statuses[b] = status(USERS, 1, ReplicaState.RESTORING, 1_000, 1_500)
+    mid = progress.update(statuses, 1_600, now=12.0)
+    assert isinstance(mid, RestoreSnapshot)
+    assert (mid.done, mid.partitions, mid.remaining, mid.records) == (1, 2, 500, 1_500)
+    assert mid.rate == 750.0  # 1500 offsets in 2 s
+    assert mid.eta_s == pytest.approx(500 / 750)
+    assert progress.start_of(b) == 500
+    assert "1/2 partitions done" in mid.describe()
+    assert "ETA 1s" in mid.describe()
+    statuses[b] = status(USERS, 1, ReplicaState.ACTIVE, 1_500, 1_500)
+    end = progress.update(statuses, 2_100, now=13.0)
+    assert isinstance(end, RestoreRound)
+    assert (end.partitions, end.records, end.elapsed_s) == (2, 2_000, 3.0)
+    assert end.describe().startswith("restored 2 partitions in 3.0 s")
+    assert progress.start_of(b) is None
+    assert progress.update(statuses, 2_100, now=14.0) is None  # idle until the next round
+
+
+def test_a_partition_moved_away_is_not_counted_as_restored() -> None:
+    progress = RestoreProgress()
+    a, b = (USERS.topic, 0), (USERS.topic, 1)
+    progress.update(
+        {
+            a: status(USERS, 0, ReplicaState.RESTORING, 0, 100),
+            b: status(USERS, 1, ReplicaState.RESTORING, 0, 100),
+        },
+        0,
+        now=0.0,
+    )
+    end = progress.update({a: status(USERS, 0, ReplicaState.ACTIVE, 100, 100)}, 100, now=1.0)
+    assert isinstance(end, RestoreRound)
+    assert end.partitions == 1
