@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import orjson
@@ -20,6 +20,9 @@ from sparkiq import __version__
 from sparkiq.errors import SparkiqError
 from sparkiq.settings import DEFAULT_APP
 from sparkiq.tables import Format, TableDef, TableKind
+
+if TYPE_CHECKING:
+    from sparkiq.kafka.security import KafkaSecurity
 
 _FORMATS = click.Choice([f.value for f in Format])
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -50,6 +53,45 @@ def _app_option() -> Callable[[_F], _F]:
         show_default=True,
         help="Application id (consumer group '<app>.serving', catalog topic '<app>.catalog').",
     )
+
+
+def _kafka_security_options(command: _F) -> _F:
+    """--kafka-config and --kafka-property: SASL/SSL settings of every Kafka client."""
+    for option in (
+        click.option(
+            "--kafka-property",
+            "kafka_properties",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Kafka client security setting (librdkafka name: security.protocol, sasl.*, "
+            "ssl.*), overriding --kafka-config (repeatable). Put passwords in the file: a "
+            "command line is visible to every user of the machine.",
+        ),
+        _env_option(
+            "--kafka-config",
+            envvar="SPARKIQ_KAFKA_CONFIG",
+            type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            default=None,
+            help="Properties file of Kafka client security settings (key=value lines, "
+            "librdkafka names) used for every broker connection [default: PLAINTEXT].",
+        ),
+    ):
+        command = option(command)
+    return command
+
+
+def _kafka_security(
+    kafka_config: Path | None, kafka_properties: tuple[str, ...]
+) -> KafkaSecurity:
+    """The `KafkaSecurity` of the two options above, checked by librdkafka at once."""
+    from sparkiq.kafka.security import KafkaSecurity
+
+    try:
+        security = KafkaSecurity.load(kafka_config, kafka_properties)
+        security.check()
+    except SparkiqError as exc:
+        raise click.UsageError(str(exc)) from None
+    return security
 
 
 def _url_option() -> Callable[[_F], _F]:
@@ -85,6 +127,7 @@ def broker(port: int) -> None:
 @main.command()
 @_bootstrap_option()
 @_app_option()
+@_kafka_security_options
 @click.option(
     "--listen",
     envvar="SPARKIQ_LISTEN",
@@ -186,6 +229,94 @@ def broker(port: int) -> None:
     help="Log one line per answered request (endpoint, outcome, status, ms, request id) "
     "[default: off].",
 )
+@_env_option(
+    "--auth",
+    envvar="SPARKIQ_AUTH",
+    type=click.Choice(["none", "required"]),
+    default=None,
+    help="'none' serves without authentication (never the default: a node with no "
+    "credential source refuses to start without it).",
+)
+@_env_option(
+    "--jwt-secret-file",
+    envvar="SPARKIQ_JWT_SECRET_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Accept HS256 bearer tokens signed with the secret in this file (>= 32 bytes).",
+)
+@_env_option(
+    "--jwt-public-key-file",
+    "jwt_public_key_files",
+    envvar="SPARKIQ_JWT_PUBLIC_KEY_FILES",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Accept RS256/ES256 bearer tokens verified by this PEM public key (repeatable).",
+)
+@_env_option(
+    "--jwks-file",
+    envvar="SPARKIQ_JWKS_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Accept RS256/ES256 bearer tokens verified by the keys of this JWKS file (by kid).",
+)
+@_env_option("--jwt-audience", envvar="SPARKIQ_JWT_AUDIENCE", default=None, help="Required aud.")
+@_env_option("--jwt-issuer", envvar="SPARKIQ_JWT_ISSUER", default=None, help="Required iss.")
+@_env_option(
+    "--jwt-tables-claim",
+    envvar="SPARKIQ_JWT_TABLES_CLAIM",
+    default=None,
+    help='Claim listing the tables a token may read, or "*" [default: tables].',
+)
+@_env_option(
+    "--api-keys-file",
+    envvar="SPARKIQ_API_KEYS_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Accept the X-API-Key values listed (as sha256 digests, with their tables) here.",
+)
+@_env_option(
+    "--cluster-secret-file",
+    envvar="SPARKIQ_CLUSTER_SECRET_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Secret shared by the nodes to sign forwarded requests (>= 32 bytes); required "
+    "with authentication.",
+)
+@_env_option(
+    "--protect-ops/--open-ops",
+    envvar="SPARKIQ_PROTECT_OPS",
+    default=None,
+    help="Require credentials for /healthz, /readyz and /metrics too [default: open].",
+)
+@_env_option(
+    "--tls-cert-file",
+    envvar="SPARKIQ_TLS_CERT_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Serve HTTPS with this PEM certificate (chain); needs --tls-key-file.",
+)
+@_env_option(
+    "--tls-key-file",
+    envvar="SPARKIQ_TLS_KEY_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="PEM private key of --tls-cert-file.",
+)
+@_env_option(
+    "--tls-ca-file",
+    envvar="SPARKIQ_TLS_CA_FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="CA certificates trusted when forwarding to other nodes over https "
+    "[default: the system's].",
+)
+@_env_option(
+    "--max-in-flight",
+    envvar="SPARKIQ_MAX_IN_FLIGHT",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests answered at once; past it, 429 with Retry-After [default: 512].",
+)
 def serve(**options: Any) -> None:
     """Run a serving node: join the cluster, restore partitions, answer HTTP queries."""
     from pydantic import ValidationError
@@ -193,6 +324,9 @@ def serve(**options: Any) -> None:
     from sparkiq.serving import run_node
     from sparkiq.settings import NodeSettings
 
+    options["kafka_config"] = _kafka_security(
+        options.pop("kafka_config"), options.pop("kafka_properties")
+    )
     try:
         settings = NodeSettings(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
@@ -229,6 +363,7 @@ def table() -> None:
 @click.option("--description", default="", help="Free text shown in GET /v1/tables.")
 @_bootstrap_option()
 @_app_option()
+@_kafka_security_options
 def table_create(
     name: str,
     topic: str,
@@ -241,16 +376,20 @@ def table_create(
     description: str,
     bootstrap_servers: str,
     app: str,
+    kafka_config: Path | None,
+    kafka_properties: tuple[str, ...],
 ) -> None:
     """Register topic TOPIC as table NAME: its latest value per key, null values deleting."""
     from sparkiq.catalog import register_table
     from sparkiq.kafka.admin import partition_count
 
+    security = _kafka_security(kafka_config, kafka_properties)
+
     def run() -> None:
         tdef = TableDef(
             name=name,
             topic=topic,
-            partitions=partition_count(bootstrap_servers, topic),
+            partitions=partition_count(bootstrap_servers, topic, security=security),
             key_format=Format(key_format),
             value_format=Format(value_format),
             kind=TableKind(kind),
@@ -259,7 +398,7 @@ def table_create(
             value_schema=value_schema.read_text() if value_schema else None,
             description=description,
         )
-        register_table(bootstrap_servers, tdef, app=app)
+        register_table(bootstrap_servers, tdef, app=app, security=security)
         click.echo(f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions")
 
     _run(run)
@@ -268,12 +407,17 @@ def table_create(
 @table.command("list")
 @_bootstrap_option()
 @_app_option()
-def table_list(bootstrap_servers: str, app: str) -> None:
+@_kafka_security_options
+def table_list(
+    bootstrap_servers: str, app: str, kafka_config: Path | None, kafka_properties: tuple[str, ...]
+) -> None:
     """List the tables in the catalog."""
     from sparkiq.catalog import read_catalog
 
+    security = _kafka_security(kafka_config, kafka_properties)
+
     def run() -> None:
-        tables = read_catalog(bootstrap_servers, app=app)
+        tables = read_catalog(bootstrap_servers, app=app, security=security)
         if not tables:
             click.echo("no tables registered")
         for t in sorted(tables.values(), key=lambda t: t.name):
@@ -289,12 +433,39 @@ def table_list(bootstrap_servers: str, app: str) -> None:
 @click.argument("name")
 @_bootstrap_option()
 @_app_option()
-def table_drop(name: str, bootstrap_servers: str, app: str) -> None:
+@_kafka_security_options
+def table_drop(
+    name: str,
+    bootstrap_servers: str,
+    app: str,
+    kafka_config: Path | None,
+    kafka_properties: tuple[str, ...],
+) -> None:
     """Remove table NAME from the catalog (its topic is left as it is)."""
     from sparkiq.catalog import drop_table
 
-    _run(lambda: drop_table(bootstrap_servers, name, app=app))
+    security = _kafka_security(kafka_config, kafka_properties)
+    _run(lambda: drop_table(bootstrap_servers, name, app=app, security=security))
     click.echo(f"table {name!r} dropped from the catalog")
+
+
+def _credential_options(command: _F) -> _F:
+    """--token, --api-key and --ca-file: how a client command reaches secured nodes."""
+    for option in (
+        _env_option(
+            "--ca-file",
+            envvar="SPARKIQ_CA_FILE",
+            type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            default=None,
+            help="CA certificate(s) to check https:// nodes against [default: the system's].",
+        ),
+        _env_option("--api-key", envvar="SPARKIQ_API_KEY", default=None, help="API key to send."),
+        _env_option(
+            "--token", envvar="SPARKIQ_TOKEN", default=None, help="Bearer token (JWT) to send."
+        ),
+    ):
+        command = option(command)
+    return command
 
 
 @main.command()
@@ -302,12 +473,23 @@ def table_drop(name: str, bootstrap_servers: str, app: str) -> None:
 @click.argument("key")
 @_url_option()
 @click.option("--max-lag", type=int, default=None, help="Let a standby this close answer.")
-def get(table_name: str, key: str, urls: tuple[str, ...], max_lag: int | None) -> None:
+@_credential_options
+def get(
+    table_name: str,
+    key: str,
+    urls: tuple[str, ...],
+    max_lag: int | None,
+    token: str | None,
+    api_key: str | None,
+    ca_file: Path | None,
+) -> None:
     """Print the value of KEY in TABLE as JSON (exit 1 when absent)."""
     from sparkiq.client import Client
 
     def run() -> None:
-        with Client(list(urls), max_lag=max_lag) as client:
+        with Client(
+            list(urls), max_lag=max_lag, token=token, api_key=api_key, ca_file=ca_file
+        ) as client:
             entry = client.get_entry(table_name, key)
         if entry is None:
             click.echo(f"key {key!r} not found in table {table_name!r}", err=True)
@@ -402,6 +584,7 @@ def _key_value(
 @click.argument("pipeline_file", type=click.Path(dir_okay=False, path_type=Path))
 @_bootstrap_option()
 @_app_option()
+@_kafka_security_options
 @_env_option(
     "--master",
     envvar="SPARKIQ_SPARK_MASTER",
@@ -481,6 +664,9 @@ def run(pipeline_file: Path, **options: Any) -> None:
         trigger_interval=None if trigger.strip() in ("", "0", "0 seconds") else trigger,
         progress_interval_s=options.pop("progress_interval"),
         duration_s=options.pop("duration"),
+        kafka_security=_kafka_security(
+            options.pop("kafka_config"), options.pop("kafka_properties")
+        ),
         **options,
     )
     _run(lambda: run_pipeline(pipeline_file, settings))

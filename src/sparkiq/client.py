@@ -16,6 +16,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +31,7 @@ from sparkiq.tables import Format, TableDef, TableKind
 
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
 # another node), the answer comes.
-_RETRYABLE = frozenset({502, 503, 504, 508})
+_RETRYABLE = frozenset({429, 502, 503, 504, 508})
 
 
 @dataclass
@@ -50,6 +51,17 @@ def _key_text(key: object) -> str:
     return str(key)
 
 
+def credential_headers(token: str | None, api_key: str | None) -> dict[str, str]:
+    """The headers that carry a bearer token or an API key (at most one of them)."""
+    if token is not None and api_key is not None:
+        raise ClientError("give a token or an API key, not both")
+    if token is not None:
+        return {"authorization": f"Bearer {token}"}
+    if api_key is not None:
+        return {"x-api-key": api_key}
+    return {}
+
+
 class Client:
     """A sparkiq client over HTTP; `urls` are any nodes of the cluster."""
 
@@ -63,7 +75,13 @@ class Client:
         standby_max_lag: int = 10_000,
         refresh_interval_s: float = 30.0,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        api_key: str | None = None,
+        ca_file: str | Path | None = None,
     ) -> None:
+        """`token` (a bearer JWT) or `api_key` authenticate every request; `ca_file` is
+        the CA that https:// nodes' certificates are checked against (default: the
+        system's trust store)."""
         seeds = [urls] if isinstance(urls, str) else list(urls)
         if not seeds:
             raise ClientError("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
@@ -74,7 +92,10 @@ class Client:
         self._timeout_s = timeout_s
         self._refreshed_at = 0.0
         self._refresh_interval_s = refresh_interval_s
-        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+        sent = credential_headers(token, api_key)
+        sent.update(headers or {})
+        verify: str | bool = str(ca_file) if ca_file is not None else True
+        self._http = httpx.Client(timeout=timeout_s, headers=sent, verify=verify)
         self._routes = _Routes(nodes=list(self._seeds))
         self._rr = itertools.count()
 
@@ -285,7 +306,7 @@ class Client:
 
         A standby is asked with `max_lag` (the caller's, else `standby_max_lag`) so it
         answers from its own replica. Refused or broken connections, timeouts and
-        502/503/504/508 move on to the next node; after a round the map is refreshed (at most
+        429/502/503/504/508 move on to the next node; after a round the map is refreshed (at most
         once a second) and the round starts again after a short pause, until the budget is
         spent.
         """

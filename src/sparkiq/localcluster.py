@@ -31,11 +31,27 @@ class NodeProcess:
     log_path: Path
     extra_args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # on top of this process's environment
+    # How the node authenticates callers: none unless told otherwise (e.g. "--jwt-secret-file",
+    # path, "--cluster-secret-file", path); `headers` are what this harness sends with its own
+    # probes (readiness, metadata) to such a node.
+    auth_args: Sequence[str] = ("--auth", "none")
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # With TLS: the CA that signed the node's certificate (the node's TLS options go in
+    # extra_args); the URL is then https://.
+    ca_file: Path | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca_file is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def http_get(self, path: str, timeout_s: float) -> httpx.Response:
+        """GET `path` of this node with the harness's credentials and trust."""
+        verify: str | bool = str(self.ca_file) if self.ca_file is not None else True
+        return httpx.get(
+            f"{self.url}{path}", headers=dict(self.headers), timeout=timeout_s, verify=verify
+        )
 
     @property
     def pid(self) -> int | None:
@@ -54,6 +70,7 @@ class NodeProcess:
                 f"127.0.0.1:{self.port}",
                 "--state-dir",
                 str(self.state_dir),
+                *self.auth_args,
                 *self.extra_args,
             ],
             self.log_path,
@@ -74,7 +91,7 @@ class NodeProcess:
 
     def is_ready(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+            return self.http_get("/readyz", 1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -91,10 +108,17 @@ class LocalCluster:
         app: str = "sparkiq",
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        auth_args: Sequence[str] = ("--auth", "none"),
+        headers: Mapping[str, str] | None = None,
+        ca_file: Path | None = None,
     ) -> None:
+        """`auth_args`, `headers`, `ca_file`: see `NodeProcess`."""
         self.bootstrap_servers = bootstrap_servers
         self.base_dir = base_dir
         self.app = app
+        self.auth_args = tuple(auth_args)
+        self.headers = dict(headers or {})
+        self.ca_file = ca_file
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})  # e.g. SPARKIQ_SESSION_TIMEOUT_MS for every node
         self.nodes: list[NodeProcess] = [self._new_node(i) for i in range(nodes)]
@@ -108,6 +132,9 @@ class LocalCluster:
             log_path=self.base_dir / f"node{index}.log",
             extra_args=self.extra_args,
             env=self.env,
+            auth_args=self.auth_args,
+            headers=self.headers,
+            ca_file=self.ca_file,
         )
 
     @property
@@ -173,7 +200,7 @@ class LocalCluster:
     @staticmethod
     def _settled(node: NodeProcess, urls: set[str]) -> bool:
         try:
-            meta = httpx.get(f"{node.url}/v1/metadata", timeout=2.0).json()
+            meta = node.http_get("/v1/metadata", 2.0).json()
         except (httpx.HTTPError, ValueError):
             return False
         if {n["url"] for n in meta.get("nodes", [])} != urls:
@@ -190,7 +217,7 @@ class LocalCluster:
         generations = set()
         for node in nodes:
             try:
-                meta = httpx.get(f"{node.url}/v1/metadata", timeout=2.0).json()
+                meta = node.http_get("/v1/metadata", 2.0).json()
             except (httpx.HTTPError, ValueError):
                 return False
             members = {n["url"] for n in meta.get("nodes", [])}

@@ -19,9 +19,11 @@ import sys
 
 import uvloop
 
+from sparkiq.auth import AuthConfig
 from sparkiq.http import HttpSettings
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.server import HttpServer
+from sparkiq.http.tls import TlsConfig
 from sparkiq.logs import LogFormat, StatusLineHandler, configure_logging
 from sparkiq.node import Node
 from sparkiq.nodemetrics import NodeMetrics
@@ -41,7 +43,30 @@ def http_settings(settings: NodeSettings) -> HttpSettings:
         max_body_bytes=settings.max_body_bytes,
         standby_max_lag=settings.standby_max_lag,
         active_timeout_s=settings.active_timeout_s,
+        max_in_flight=settings.max_in_flight,
     )
+
+
+def auth_config(settings: NodeSettings) -> AuthConfig:
+    """The node's authentication, its files read and checked (ConfigError if unusable)."""
+    return AuthConfig.load(
+        auth=settings.auth,
+        jwt_secret_file=settings.jwt_secret_file,
+        jwt_public_key_files=settings.jwt_public_key_files,
+        jwks_file=settings.jwks_file,
+        jwt_audience=settings.jwt_audience,
+        jwt_issuer=settings.jwt_issuer,
+        jwt_tables_claim=settings.jwt_tables_claim,
+        api_keys_file=settings.api_keys_file,
+        cluster_secret_file=settings.cluster_secret_file,
+        protect_ops=settings.protect_ops,
+    )
+
+
+def tls_config(settings: NodeSettings) -> TlsConfig | None:
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    return TlsConfig(settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file)
 
 
 async def serve_node(
@@ -56,12 +81,19 @@ async def serve_node(
     otherwise it is logged every 2 s while partitions restore.
     """
     stop = stop if stop is not None else _signal_event()
+    auth, tls = auth_config(settings), tls_config(settings)  # fail before anything starts
     node = Node(settings)
     progress = RestoreProgress()
     metrics = HttpMetrics(access_log=settings.access_log)
     metrics.registry.register(NodeMetrics(node, progress))
     server = HttpServer(
-        node, settings.host, settings.port, http_settings(settings), metrics=metrics
+        node,
+        settings.host,
+        settings.port,
+        http_settings(settings),
+        metrics=metrics,
+        auth=auth,
+        tls=tls,
     )
     await server.start()
     log.info("node %s: HTTP API on %s", settings.url, settings.listen)

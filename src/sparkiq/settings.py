@@ -7,10 +7,13 @@ named `SPARKIQ_<FIELD>` (e.g. `SPARKIQ_BOOTSTRAP_SERVERS`), then the defaults be
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_serializer, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from sparkiq.errors import ConfigError
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 DEFAULT_APP = "sparkiq"
 
@@ -23,6 +26,12 @@ class NodeSettings(BaseSettings):
     bootstrap_servers: str = Field(
         "127.0.0.1:9092",
         description="Kafka bootstrap servers (host:port[,host:port...]).",
+    )
+    kafka_config: Annotated[KafkaSecurity, NoDecode] = Field(
+        PLAINTEXT,
+        description="Kafka client security settings for every broker connection of the node "
+        "(librdkafka names: security.protocol, sasl.*, ssl.*): a properties file "
+        "(SPARKIQ_KAFKA_CONFIG=path) or a KafkaSecurity. Empty: PLAINTEXT.",
     )
     app: str = Field(
         DEFAULT_APP,
@@ -83,6 +92,50 @@ class NodeSettings(BaseSettings):
         1_048_576, ge=1, description="Largest request body accepted, in bytes."
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    max_in_flight: int = Field(
+        512,
+        ge=1,
+        description="Requests the node answers at once; past it, 429 with Retry-After.",
+    )
+    # -- authentication (sparkiq.auth): on as soon as a credential source is given --------
+    auth: Literal["none", "required"] | None = Field(
+        None,
+        description="'none' serves without authentication (must be asked for); 'required' "
+        "(implied by any credential source) checks every request.",
+    )
+    jwt_secret_file: Path | None = Field(
+        None, description="File holding the HS256 shared secret (at least 32 bytes)."
+    )
+    jwt_public_key_files: tuple[Path, ...] = Field(
+        (), description="PEM public keys: RSA (RS256) or P-256 EC (ES256)."
+    )
+    jwks_file: Path | None = Field(
+        None, description="JWKS file of RS256/ES256 public keys, picked by kid; re-read on change."
+    )
+    jwt_audience: str | None = Field(None, description="Tokens must name this audience (aud).")
+    jwt_issuer: str | None = Field(None, description="Tokens must come from this issuer (iss).")
+    jwt_tables_claim: str = Field(
+        "tables", description='Claim listing the tables a token may read (or "*").'
+    )
+    api_keys_file: Path | None = Field(
+        None, description="JSON file of API keys (sha256 digests) and their tables."
+    )
+    cluster_secret_file: Path | None = Field(
+        None,
+        description="File holding the secret nodes of this cluster sign forwarded requests "
+        "with (at least 32 bytes); required with authentication.",
+    )
+    protect_ops: bool = Field(
+        False, description="Require credentials for /healthz, /readyz, /metrics too."
+    )
+    # -- TLS (sparkiq.http.tls) -------------------------------------------------------------
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate (chain) the HTTP API serves; with tls_key_file."
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_ca_file: Path | None = Field(
+        None, description="CA certificates trusted when forwarding to other nodes over https."
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log format: 'text' (one line per record) or 'json' (one object per line "
@@ -102,6 +155,29 @@ class NodeSettings(BaseSettings):
             raise ValueError(f"listen must be host:port, got {value!r}")
         return value
 
+    @model_validator(mode="after")
+    def _check_tls(self) -> NodeSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @field_validator("kafka_config", mode="before")
+    @classmethod
+    def _load_kafka_config(cls, value: object) -> KafkaSecurity:
+        try:
+            if isinstance(value, KafkaSecurity):
+                return value
+            if isinstance(value, str | Path):
+                return KafkaSecurity.from_file(value) if str(value) else PLAINTEXT
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        # Not a mapping: a validation error would print it, passwords included.
+        raise ValueError("kafka_config must be a KafkaSecurity or a properties file path")
+
+    @field_serializer("kafka_config")
+    def _mask_kafka_config(self, value: KafkaSecurity) -> dict[str, str]:
+        return value.masked()  # never dump a password
+
     @property
     def host(self) -> str:
         return self.listen.rpartition(":")[0]
@@ -112,7 +188,8 @@ class NodeSettings(BaseSettings):
 
     @property
     def url(self) -> str:
-        return (self.advertised_url or f"http://{self.listen}").rstrip("/")
+        scheme = "https" if self.tls_cert_file is not None else "http"
+        return (self.advertised_url or f"{scheme}://{self.listen}").rstrip("/")
 
     @property
     def group_id(self) -> str:

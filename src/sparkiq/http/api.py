@@ -12,14 +12,17 @@ path for single-key GETs, `HttpApi.keys`) before `handle`; both read keys with
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.errors import FormatError
 from sparkiq.http import failover, fanout
 from sparkiq.http.forward import Forwarder
+from sparkiq.http.guard import Gate, forbidden
 from sparkiq.http.keypath import KeyPath, read_key
 from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
@@ -86,10 +89,17 @@ class HttpApi:
         *,
         forwarder: Forwarder | None = None,
         metrics: HttpMetrics | None = None,
+        auth: AuthConfig | None = None,
+        client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.view = view
         self.settings = settings or HttpSettings()
-        self.forwarder = forwarder or PoolForwarder(self.settings.pool_per_host)
+        auth = auth or AuthConfig.none()
+        # Admits each request (id, load, caller, cluster headers) before it is answered.
+        self.gate = Gate(auth, self.settings)
+        self.forwarder = forwarder or PoolForwarder(
+            self.settings.pool_per_host, cluster=auth.cluster, ssl_context=client_ssl
+        )
         self.metrics = metrics or HttpMetrics()
         self.locator = Locator(view, self.settings, self.forwarder)
         lag = ("max_lag", FALLBACK_PARAM)
@@ -112,13 +122,25 @@ class HttpApi:
     # -- entry -------------------------------------------------------------------------------
 
     async def handle(
-        self, method: str, path: str, query: str, headers: Headers, body: bytes
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Headers,
+        body: bytes,
+        identity: Identity = EVERYONE,
     ) -> Response:
-        """Answer one request. `path` is raw (percent-encoded); `query` has no leading '?'."""
+        """Answer one request. `path` is raw (percent-encoded); `query` has no leading '?'.
+
+        `identity` is the caller the gate admitted (`HttpApi.gate`); it decides which
+        tables the request may read.
+        """
         started = time.perf_counter()
         endpoint = "unknown"
         try:
-            endpoint, response, outcome = await self._dispatch(method, path, query, headers, body)
+            endpoint, response, outcome = await self._dispatch(
+                method, path, query, headers, body, identity
+            )
         except Exception as exc:
             response, outcome = self.error_answer(method, path, exc)
         self.metrics.observe(endpoint, outcome, response.status, time.perf_counter() - started)
@@ -146,7 +168,7 @@ class HttpApi:
         return response
 
     async def _dispatch(
-        self, method: str, path: str, query: str, headers: Headers, body: bytes
+        self, method: str, path: str, query: str, headers: Headers, body: bytes, identity: Identity
     ) -> tuple[str, Response, Outcome]:
         parts = path.split("/")
         n = len(parts)
@@ -162,14 +184,21 @@ class HttpApi:
             elif n == 7 and parts[4] == "keys":
                 endpoint, key_segment = self._key_endpoints.get(parts[6]), parts[5]
             if endpoint is not None:
+                if not identity.may_read(table_name):
+                    return (endpoint.name, forbidden(identity, table_name), Outcome.ERROR)
                 answer = await self._on_table(
                     endpoint, method, table_name, key_segment, path, query, headers, body
                 )
                 return (endpoint.name, *answer)
         elif path == "/v1/tables":
-            return ("tables", *self._simple(method, self._tables))
+            return ("tables", *self._simple(method, lambda: self._tables(identity)))
         elif path == "/v1/metadata":
             return ("metadata", *self._simple(method, self._metadata))
+        elif path == "/v1/openapi.json":
+            # Imported on first use: only clients that read the description need it.
+            from sparkiq.http.openapi import rendered
+
+            return ("openapi", *self._simple(method, lambda: rendered(self.settings)))
         elif path == "/healthz":
             return ("healthz", *self._simple(method, lambda: _OK))
         elif path == "/readyz":
@@ -392,8 +421,10 @@ class HttpApi:
 
     # -- the node's own endpoints ------------------------------------------------------------
 
-    def _tables(self) -> Response:
-        return json_response({"tables": [t.summary() for t in self.view.tables()]})
+    def _tables(self, identity: Identity) -> Response:
+        """The tables `identity` may read (all of them without authentication)."""
+        tables = [t.summary() for t in self.view.tables() if identity.may_read(t.name)]
+        return json_response({"tables": tables})
 
     def _metadata(self) -> Response:
         return json_response(self.view.metadata())

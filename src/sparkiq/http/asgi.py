@@ -1,10 +1,12 @@
 """ASGI adapter: serves `HttpApi` to any ASGI server, and to tests through httpx.ASGITransport.
 
 It only moves bytes: raw path, query string, the headers the API reads, a body of bounded
-size in; status, headers and body out. A GET without a query string goes to the key path
-(`sparkiq.http.keypath`) first, which answers single-key lookups without the generic
-dispatch; whatever it declines goes to `HttpApi.handle`. Lifespan events are acknowledged
-(the node owns the API's lifetime, not the server).
+size in; status, headers and body out. Every request passes the API's gate first
+(`sparkiq.http.guard`: request id, concurrency limit, caller, cluster signature); a refusal is
+sent as it is. A GET without a query string goes to the key path (`sparkiq.http.keypath`)
+first, which answers single-key lookups without the generic dispatch; whatever it declines
+goes to `HttpApi.handle`. Every answer carries the request's `x-request-id`. Lifespan events
+are acknowledged (the node owns the API's lifetime, not the server).
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from sparkiq.auth import Identity
+from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
-from sparkiq.http.responses import raw_headers
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
+from sparkiq.http.responses import Outcome, Response, raw_headers
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
 Scope = MutableMapping[str, Any]
@@ -23,6 +29,10 @@ Send = Callable[[Message], Awaitable[None]]
 
 _HOPS = HOPS_HEADER.encode()
 _BUDGET = BUDGET_HEADER.encode()
+_AUTHORIZATION = b"authorization"
+_API_KEY = API_KEY_HEADER.encode()
+_CLUSTER = CLUSTER_HEADER.encode()
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 
 class AsgiApp:
@@ -31,59 +41,83 @@ class AsgiApp:
     def __init__(self, api: HttpApi) -> None:
         self.api = api
         self._keys = api.keys
+        self._gate = api.gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind == "http":
-            # The hot path first: a GET without a query whose raw path the key path knows.
-            raw_path: bytes | None = scope.get("raw_path")
-            if raw_path and scope["method"] == "GET" and not scope["query_string"]:
-                hops = budget = None
-                for name, value in scope["headers"]:
-                    if name == _HOPS:
-                        hops = value
-                    elif name == _BUDGET:
-                        budget = value
-                # Some clients (httpx's ASGITransport) put the "?" of an empty query in it.
-                path = raw_path.partition(b"?")[0] if b"?" in raw_path else raw_path
-                response = await self._keys.answer(path, hops, budget)
-                if response is not None:
-                    await send(
-                        {
-                            "type": "http.response.start",
-                            "status": response.status,
-                            "headers": raw_headers(response.headers),
-                        }
-                    )
-                    await send({"type": "http.response.body", "body": response.body})
-                    return
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await _lifespan(receive, send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw_path: bytes | None = scope.get("raw_path")
+        if kind != "http":
+            if kind == "lifespan":
+                await _lifespan(receive, send)
+            return
+        hops = budget = authorization = api_key = signature = request_id = None
+        for name, value in scope["headers"]:
+            if name == _HOPS:
+                hops = value
+            elif name == _BUDGET:
+                budget = value
+            elif name == _AUTHORIZATION:
+                authorization = value.decode("latin-1")
+            elif name == _API_KEY:
+                api_key = value.decode("latin-1")
+            elif name == _CLUSTER:
+                signature = value.decode("latin-1")
+            elif name == _REQUEST_ID:
+                request_id = value.decode("latin-1")
         # The raw path keeps %2F inside a key apart from "/"; some clients (httpx's
-        # ASGITransport) put the query string in it too.
-        path = raw_path.split(b"?", 1)[0].decode("latin-1") if raw_path else scope["path"]
+        # ASGITransport) put the query string (or the "?" of an empty one) in it too.
+        raw_path: bytes | None = scope.get("raw_path")
+        if raw_path is None:
+            raw_path = scope["path"].encode("utf-8")
+        elif b"?" in raw_path:
+            raw_path = raw_path.partition(b"?")[0]
+        path = raw_path.decode("latin-1")
+        query: bytes = scope["query_string"]
+        method: str = scope["method"]
+        gate = self._gate
+        admitted = gate.admit(
+            method,
+            path,
+            f"{path}?{query.decode('latin-1')}" if query else path,
+            authorization=authorization,
+            api_key=api_key,
+            request_id=request_id,
+            hops=None if hops is None else hops.decode("latin-1"),
+            signature=signature,
+        )
+        if isinstance(admitted, Response):
+            self.api.metrics.observe("refused", Outcome.ERROR, admitted.status, 0.0)
+            await _send(send, admitted)
+            return
+        gate.in_flight += 1
+        try:
+            response = None
+            if method == "GET" and not query:
+                # The hot path first: a GET without a query whose raw path the key path knows.
+                response = await self._keys.answer(raw_path, hops, budget, admitted)
+            if response is None:
+                response = await self._generic(scope, receive, path, query, admitted)
+        finally:
+            gate.in_flight -= 1
+        await _send(send, response)
+
+    async def _generic(
+        self, scope: Scope, receive: Receive, path: str, query: bytes, identity: Identity
+    ) -> Response:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         method: str = scope["method"]
         body: bytes | None = b""
         if method == "POST":
             body = await _read_body(receive, headers, self.api.settings.max_body_bytes)
         if body is None:
-            response = self.api.body_too_large()
-        else:
-            query = scope["query_string"].decode("latin-1")
-            response = await self.api.handle(method, path, query, headers, body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": raw_headers(response.headers),
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
+            return self.api.body_too_large()
+        return await self.api.handle(method, path, query.decode("latin-1"), headers, body, identity)
+
+
+async def _send(send: Send, response: Response) -> None:
+    """Send `response`, with the request's id."""
+    headers = [*raw_headers(response.headers), (_REQUEST_ID, (REQUEST_ID.get() or "").encode())]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes | None:

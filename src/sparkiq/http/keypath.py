@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from sparkiq.auth import EVERYONE, Identity
 from sparkiq.http.locate import Call, LocalReplica, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
@@ -104,11 +105,17 @@ class KeyPath:
         self._tables: dict[bytes, _Table] = {}
 
     async def answer(
-        self, path: bytes, hops: str | bytes | None, budget: str | bytes | None
+        self,
+        path: bytes,
+        hops: str | bytes | None,
+        budget: str | bytes | None,
+        identity: Identity = EVERYONE,
     ) -> Response | None:
         """The answer to GET `path` (raw, percent-encoded, no query), or None to decline.
 
-        `hops` and `budget` are the x-sparkiq-hops and x-sparkiq-budget-ms header values.
+        `hops` and `budget` are the x-sparkiq-hops and x-sparkiq-budget-ms header values;
+        `identity` the caller the gate admitted. A table it may not read is declined (the
+        generic path answers the 403).
         """
         if not path.startswith(PREFIX):
             return None
@@ -126,6 +133,8 @@ class KeyPath:
                 entry = self._learn(table_segment)
                 if entry is None:
                     return None
+            if not identity.may_read(entry.table.name):
+                return None
             call: Call | Failure | None = None
             if hops is not None:  # forwarded to us: check the headers as the generic path does
                 call = new_call(self._settings, hops, budget, path.decode("latin-1"))

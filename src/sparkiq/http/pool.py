@@ -11,12 +11,15 @@ any answer byte arrived is retried once on a new connection: all forwarded reque
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
+from sparkiq.auth.cluster import CLUSTER_HEADER, ClusterCredential
 from sparkiq.http.forward import Unreachable
+from sparkiq.http.guard import FORWARD_HEADERS
 from sparkiq.http.responses import JSON, JSON_HEADERS, Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
@@ -188,18 +191,24 @@ def _dechunk(buf: bytearray, pos: int) -> bytes | None:
 
 
 class _Origin:
-    """Idle connections to one origin (host, port)."""
+    """Idle connections to one origin (host, port), over TLS when `tls` is given."""
 
-    def __init__(self, host: str, port: int, keep: int) -> None:
+    def __init__(self, host: str, port: int, keep: int, tls: ssl.SSLContext | None) -> None:
         self.host = host
         self.port = port
         self.authority = f"{host}:{port}"
         self.keep = keep
+        self.tls = tls
         self.idle: deque[_Connection] = deque()
 
     async def connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        if self.tls is None:
+            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        else:
+            _, conn = await loop.create_connection(
+                _Connection, self.host, self.port, ssl=self.tls, server_hostname=self.host
+            )
         return conn
 
     def release(self, conn: _Connection, keep_alive: bool) -> None:
@@ -210,10 +219,24 @@ class _Origin:
 
 
 class PoolForwarder:
-    """`Forwarder` over raw keep-alive HTTP/1.1 connections, pooled per owner URL."""
+    """`Forwarder` over raw keep-alive HTTP/1.1 connections, pooled per owner URL.
 
-    def __init__(self, pool_per_host: int = 64) -> None:
+    Every request carries the current request's id and caller credentials
+    (`guard.FORWARD_HEADERS`) and, when the cluster has a credential, its signature.
+    https:// owners are reached over TLS, verified against `ssl_context` (default: the
+    system's trust store).
+    """
+
+    def __init__(
+        self,
+        pool_per_host: int = 64,
+        *,
+        cluster: ClusterCredential | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._keep = pool_per_host
+        self._cluster = cluster
+        self._ssl = ssl_context
         self._origins: dict[str, _Origin] = {}
         self._busy: set[_Connection] = set()  # awaiting an answer, checked by `_sweep`
         self._sweeping = False
@@ -222,9 +245,13 @@ class PoolForwarder:
         origin = self._origins.get(base_url)
         if origin is None:
             parts = urlsplit(base_url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise ValueError(f"cannot forward to {base_url!r}: only http://host:port")
-            origin = _Origin(parts.hostname, parts.port or 80, self._keep)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"cannot forward to {base_url!r}: only http(s)://host:port")
+            tls: ssl.SSLContext | None = None
+            if parts.scheme == "https":
+                tls = self._ssl if self._ssl is not None else ssl.create_default_context()
+            default_port = 443 if tls is not None else 80
+            origin = _Origin(parts.hostname, parts.port or default_port, self._keep, tls)
             self._origins[base_url] = origin
         return origin
 
@@ -245,7 +272,10 @@ class PoolForwarder:
         head = (
             f"{method} {target} HTTP/1.1\r\nhost: {origin.authority}\r\n"
             f"{HOPS_HEADER}: {hops + 1}\r\n{BUDGET_HEADER}: {max(1, int(budget_s * 1000))}\r\n"
+            f"{FORWARD_HEADERS.get()}"
         )
+        if self._cluster is not None:
+            head += f"{CLUSTER_HEADER}: {self._cluster.sign(method, target, hops + 1)}\r\n"
         if body is not None:
             head += f"content-type: {JSON}\r\ncontent-length: {len(body)}\r\n"
         request = (head + "\r\n").encode("latin-1") + (body or b"")

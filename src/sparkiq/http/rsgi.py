@@ -3,7 +3,9 @@
 Caveat (why ASGI is the default): granian hands RSGI apps the path already percent-decoded,
 so a key holding "/" (sent as %2F) cannot be told apart from a path separator. The adapter
 re-encodes the decoded path, which keeps "%" and every other character exact; keys with "/"
-are only reachable through the ASGI adapter.
+are only reachable through the ASGI adapter. Requests pass the same gate as there
+(`sparkiq.http.guard`); forwarded ones are signed over the re-encoded path, which the next
+RSGI node re-encodes the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
+from sparkiq.http.responses import Outcome, Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
 
@@ -21,6 +27,7 @@ class RsgiApp:
     def __init__(self, api: HttpApi) -> None:
         self.api = api
         self._keys = api.keys
+        self._gate = api.gate
 
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
         if scope.proto != "http":
@@ -29,24 +36,48 @@ class RsgiApp:
         path: str = scope.path
         if "%" in path or not path.isascii():
             path = quote(path, safe="/")
-        if method == "GET" and not scope.query_string:
-            # The hot path first (see `sparkiq.http.keypath`); None = not a case it answers.
-            headers = scope.headers
-            answer = await self._keys.answer(
-                path.encode("ascii"), headers.get(HOPS_HEADER), headers.get(BUDGET_HEADER)
-            )
-            if answer is not None:
-                proto.response_bytes(answer.status, answer.headers, answer.body)
-                return
-        body: bytes | None = b""
-        if method == "POST":
-            body = await _read_body(proto, scope.headers, self.api.settings.max_body_bytes)
-        if body is None:
-            response = self.api.body_too_large()
-        else:
-            response = await self.api.handle(method, path, scope.query_string, scope.headers, body)
-        # granian takes the headers as any sequence of pairs: the tuple as it is.
-        proto.response_bytes(response.status, response.headers, response.body)
+        query: str = scope.query_string
+        headers = scope.headers
+        hops = headers.get(HOPS_HEADER)
+        gate = self._gate
+        admitted = gate.admit(
+            method,
+            path,
+            f"{path}?{query}" if query else path,
+            authorization=headers.get("authorization"),
+            api_key=headers.get(API_KEY_HEADER),
+            request_id=headers.get(REQUEST_ID_HEADER),
+            hops=hops,
+            signature=headers.get(CLUSTER_HEADER),
+        )
+        if isinstance(admitted, Response):
+            self.api.metrics.observe("refused", Outcome.ERROR, admitted.status, 0.0)
+            _send(proto, admitted)
+            return
+        gate.in_flight += 1
+        try:
+            response = None
+            if method == "GET" and not query:
+                # The hot path first (see `sparkiq.http.keypath`); None = not a case it answers.
+                response = await self._keys.answer(
+                    path.encode("ascii"), hops, headers.get(BUDGET_HEADER), admitted
+                )
+            if response is None:
+                body: bytes | None = b""
+                if method == "POST":
+                    body = await _read_body(proto, headers, self.api.settings.max_body_bytes)
+                if body is None:
+                    response = self.api.body_too_large()
+                else:
+                    response = await self.api.handle(method, path, query, headers, body, admitted)
+        finally:
+            gate.in_flight -= 1
+        _send(proto, response)
+
+
+def _send(proto: Any, response: Response) -> None:
+    headers = [*response.headers, (REQUEST_ID_HEADER, REQUEST_ID.get() or "")]
+    proto.response_bytes(response.status, headers, response.body)
 
 
 async def _read_body(proto: Any, headers: Any, limit: int) -> bytes | None:

@@ -14,9 +14,10 @@ import logging
 from enum import StrEnum
 from types import TracebackType
 
-from granian.constants import HTTPModes, Interfaces
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.server.embed import Server
 
+from sparkiq.auth import AuthConfig
 from sparkiq.errors import ConfigError
 from sparkiq.http.api import HttpApi
 from sparkiq.http.asgi import AsgiApp
@@ -24,6 +25,7 @@ from sparkiq.http.forward import Forwarder
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.rsgi import RsgiApp
 from sparkiq.http.settings import HttpSettings
+from sparkiq.http.tls import TlsConfig
 from sparkiq.http.view import NodeView
 
 log = logging.getLogger(__name__)
@@ -50,12 +52,22 @@ class HttpServer:
         forwarder: Forwarder | None = None,
         metrics: HttpMetrics | None = None,
         backlog: int = 1024,
+        auth: AuthConfig | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         if port <= 0:
             raise ConfigError(f"the HTTP port must be a fixed port > 0, got {port}")
         self.host = host
         self.port = port
-        self.api = HttpApi(view, settings, forwarder=forwarder, metrics=metrics)
+        self.tls = tls
+        self.api = HttpApi(
+            view,
+            settings,
+            forwarder=forwarder,
+            metrics=metrics,
+            auth=auth,
+            client_ssl=tls.client_context() if tls is not None else None,
+        )
         target: AsgiApp | RsgiApp
         if interface is Interface.RSGI:
             target, granian_interface = RsgiApp(self.api), Interfaces.RSGI
@@ -71,12 +83,17 @@ class HttpServer:
             websockets=False,
             log_enabled=False,
             backlog=backlog,
+            ssl_cert=tls.cert_file if tls is not None else None,
+            ssl_key=tls.key_file if tls is not None else None,
+            ssl_key_password=tls.key_password if tls is not None else None,
+            ssl_protocol_min=SSLProtocols.tls12,
         )
         self._task: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self, timeout_s: float = 10.0) -> None:
         """Start serving; returns once the port accepts connections."""
@@ -132,8 +149,10 @@ async def serve(
     settings: HttpSettings | None = None,
     *,
     interface: Interface = Interface.ASGI,
+    auth: AuthConfig | None = None,
+    tls: TlsConfig | None = None,
 ) -> HttpServer:
     """Start the node's HTTP API in the running loop; `await server.stop()` to end it."""
-    server = HttpServer(view, host, port, settings, interface=interface)
+    server = HttpServer(view, host, port, settings, interface=interface, auth=auth, tls=tls)
     await server.start()
     return server

@@ -54,6 +54,8 @@ class HttpSettings:
     max_windows: int = 10_000
     # Keep-alive connections kept per owner node for forwarding.
     pool_per_host: int = 64
+    # Requests one node answers at once (forwarded ones included); past it: 429 + Retry-After.
+    max_in_flight: int = 512
 
     def __post_init__(self) -> None:
         if self.budget_s <= 0:
@@ -68,5 +70,7 @@ class HttpSettings:
             raise ConfigError("max_key_bytes and max_body_bytes must be >= 1")
         if not 1 <= self.default_range_limit <= self.max_range_limit:
             raise ConfigError("need 1 <= default_range_limit <= max_range_limit")
+        if self.max_in_flight < 1:
+            raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
         if self.pool_per_host < 1:
             raise ConfigError(f"pool_per_host must be >= 1, got {self.pool_per_host}")

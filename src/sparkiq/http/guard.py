@@ -1,0 +1,124 @@
+"""The gate every request passes before it is answered: id, load, caller, cluster headers.
+
+`Gate.admit` runs once per request, in the adapter, before the key path or the generic
+dispatch see it:
+
+1. the request id: the caller's `x-request-id` if well formed, else a new one; it is set in
+   `REQUEST_ID` for the logs and repeated on any forward;
+2. the concurrency limit: past `max_in_flight` requests in flight the answer is 429 with
+   Retry-After (health, readiness and metrics are never refused for load);
+3. the internal forwarding headers (hops, budget) are honoured only on a request signed with
+   the cluster credential, when the node has one: otherwise 403, so no one outside the
+   cluster can pose as a forwarding node;
+4. the caller's credentials: an `Identity`, or 401 with `WWW-Authenticate: Bearer`. The
+   credentials are kept in `FORWARD_HEADERS` so a forwarded request carries the caller's own
+   identity to the owner, which checks it again: a caller can never read through another
+   node what it could not read there directly.
+
+Authorization (may this identity read this table?) happens where the table is known: the
+key path declines a table the identity may not read, and the generic path answers 403.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+from sparkiq.auth import AuthConfig, Authenticator, Identity
+from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
+from sparkiq.http.responses import JSON_HEADERS, Response, error_response
+from sparkiq.http.settings import HttpSettings
+
+# Header lines ("name: value\r\n"...) a forward of the current request repeats: its id and
+# the caller's credentials.
+FORWARD_HEADERS: ContextVar[str] = ContextVar("sparkiq_forward_headers", default="")
+
+# Paths answered about the node itself: open unless the node protects them, never refused
+# for load.
+OPS_PATHS = frozenset(("/healthz", "/readyz", "/metrics", "/v1/openapi.json"))
+
+UNAUTHENTICATED = "unauthenticated"
+FORBIDDEN = "forbidden"
+NOT_A_NODE = "not_a_cluster_node"
+OVERLOADED = "overloaded"
+
+_CHALLENGE = (*JSON_HEADERS, ("www-authenticate", 'Bearer realm="sparkiq"'))
+
+
+class Gate:
+    """Admits requests to one node's API."""
+
+    def __init__(self, auth: AuthConfig, settings: HttpSettings) -> None:
+        self.authenticator = Authenticator(auth)
+        self.cluster = auth.cluster
+        self.protect_ops = auth.protect_ops
+        self.max_in_flight = settings.max_in_flight
+        self.in_flight = 0
+        self._busy = error_response(
+            429,
+            OVERLOADED,
+            f"this node is answering {settings.max_in_flight} requests already; retry shortly",
+            (*JSON_HEADERS, ("retry-after", str(settings.retry_after_s))),
+        )
+
+    def admit(
+        self,
+        method: str,
+        path: str,
+        target: str,
+        *,
+        authorization: str | None,
+        api_key: str | None,
+        request_id: str | None,
+        hops: str | None,
+        signature: str | None,
+    ) -> Identity | Response:
+        """The caller of this request, or the refusal to send instead of an answer.
+
+        `target` is the raw path and query as received (what a forwarding node signed).
+        The caller counts the request in flight (`in_flight`) while it answers it.
+        """
+        rid = accept_request_id(request_id)
+        REQUEST_ID.set(rid)
+        ops = path in OPS_PATHS
+        if not ops and self.in_flight >= self.max_in_flight:
+            return self._busy
+        if (
+            hops is not None
+            and self.cluster is not None
+            and not self.cluster.verify(signature, method, target, hops)
+        ):
+            return error_response(
+                403,
+                NOT_A_NODE,
+                "forwarding headers are accepted only from nodes of this cluster "
+                "(the cluster signature is missing or wrong)",
+            )
+        authenticator = self.authenticator
+        if ops and not self.protect_ops:
+            return _OPS
+        found = authenticator.authenticate(authorization, api_key)
+        if isinstance(found, str):
+            return error_response(401, UNAUTHENTICATED, found, _CHALLENGE)
+        # The caller's credentials go with any forward, checked or not here (a node without
+        # authentication still must not open an owner that has it).
+        lines = f"{REQUEST_ID_HEADER}: {rid}\r\n"
+        if api_key is not None and _single_line(api_key):
+            lines += f"{API_KEY_HEADER}: {api_key}\r\n"
+        elif authorization is not None and _single_line(authorization):
+            lines += f"authorization: {authorization}\r\n"
+        FORWARD_HEADERS.set(lines)
+        return found
+
+
+def _single_line(value: str) -> bool:
+    return "\r" not in value and "\n" not in value
+
+
+# Who asks for a node's own open endpoints (health, metrics): no table is readable.
+_OPS = Identity("ops", frozenset(), "none")
+
+
+def forbidden(identity: Identity, table: str) -> Response:
+    """403: `identity` may not read `table` (whether or not the table exists)."""
+    return error_response(403, FORBIDDEN, f"{identity.subject!r} may not read table {table!r}")
