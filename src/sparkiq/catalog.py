@@ -14,6 +14,9 @@ Reads go to the *true* end of the partition (`sparkiq.kafka.offsets.true_end_off
 the dev broker under-reports the end offset, and a reader trusting it would miss the most
 recently registered tables. Records that are not valid definitions are skipped with a
 warning, so one bad writer cannot stop every node from starting.
+
+Every function takes the Kafka client security settings (`KafkaSecurity`, default
+PLAINTEXT) that its clients connect with.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.errors import CatalogError, KafkaError, SparkiqError, TopicNotFoundError
-from sparkiq.kafka.admin import admin_client, create_topic
+from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic
 from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.tables import TableDef
 
 __all__ = [
@@ -61,14 +65,28 @@ def catalog_topic(app: str = DEFAULT_APP) -> str:
     return f"{app}.catalog"
 
 
-def ensure_catalog_topic(bootstrap: str, *, app: str = DEFAULT_APP, timeout_s: float = 10.0) -> str:
+def ensure_catalog_topic(
+    bootstrap: str,
+    *,
+    app: str = DEFAULT_APP,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> str:
     """Create the catalog topic if it does not exist yet; returns its name."""
     topic = catalog_topic(app)
     # Look before creating: almost every call finds the topic, and a metadata look-up is
     # cheaper than a refused CreateTopics (whose error also keeps its admin client alive
     # in a reference cycle until the next garbage collection).
-    if _existing_partition_count(bootstrap, topic, timeout_s) is None:
-        create_topic(bootstrap, topic, 1, config=_TOPIC_CONFIG, exist_ok=True, timeout_s=timeout_s)
+    if _existing_partition_count(bootstrap, topic, timeout_s, security) is None:
+        create_topic(
+            bootstrap,
+            topic,
+            1,
+            config=_TOPIC_CONFIG,
+            exist_ok=True,
+            timeout_s=timeout_s,
+            security=security,
+        )
     return topic
 
 
@@ -76,14 +94,19 @@ def ensure_catalog_topic(bootstrap: str, *, app: str = DEFAULT_APP, timeout_s: f
 
 
 def register_table(
-    bootstrap: str, table: TableDef, *, app: str = DEFAULT_APP, timeout_s: float = 10.0
+    bootstrap: str,
+    table: TableDef,
+    *,
+    app: str = DEFAULT_APP,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Publish *table* in the catalog of *app*, replacing any definition of that name.
 
     The changelog topic must exist with exactly ``table.partitions`` partitions: a node that
     assumed another count would send lookups to the wrong partitions.
     """
-    actual = _existing_partition_count(bootstrap, table.topic, timeout_s)
+    actual = _existing_partition_count(bootstrap, table.topic, timeout_s, security)
     if actual is None:
         raise TopicNotFoundError(
             f"cannot register table {table.name!r}: its changelog topic {table.topic!r} does "
@@ -96,24 +119,31 @@ def register_table(
             f"partitions but the definition says {table.partitions}; register it with "
             f"partitions={actual}"
         )
-    _publish(bootstrap, app, table.name, table.to_json(), timeout_s)
+    _publish(bootstrap, app, table.name, table.to_json(), timeout_s, security)
     log.info("catalog %s: registered table %r (topic %r)", app, table.name, table.topic)
 
 
-def _existing_partition_count(bootstrap: str, topic: str, timeout_s: float) -> int | None:
+def _existing_partition_count(
+    bootstrap: str, topic: str, timeout_s: float, security: KafkaSecurity
+) -> int | None:
     """Partition count of *topic*, or None if it does not exist.
 
     A metadata request for one named topic makes brokers with auto-creation on (the dev
     broker, Kafka's default) create it with a default partition count, which would turn
     a missing changelog topic into a wrongly sized one. This request asks them not to.
     """
-    admin = admin_client(bootstrap, {"allow.auto.create.topics": "false"})
+    errors = ClientErrors()
+    admin = admin_client(
+        bootstrap, {"allow.auto.create.topics": "false"}, security=security, errors=errors
+    )
     try:
         md = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaError(
-            f"cannot read metadata of topic {topic!r} from {bootstrap}: {exc}; check that "
-            "the brokers are reachable"
+            f"cannot read metadata of topic {topic!r} from {bootstrap}: {exc}"
+            f"{errors.hint(admin, security)}; check that the brokers are reachable and "
+            "that the Kafka security settings (--kafka-config, --kafka-property) are the "
+            "cluster's"
         ) from exc
     info = md.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
@@ -122,15 +152,27 @@ def _existing_partition_count(bootstrap: str, topic: str, timeout_s: float) -> i
 
 
 def drop_table(
-    bootstrap: str, name: str, *, app: str = DEFAULT_APP, timeout_s: float = 10.0
+    bootstrap: str,
+    name: str,
+    *,
+    app: str = DEFAULT_APP,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Remove table *name* from the catalog of *app* (a tombstone); its topic is untouched."""
-    _publish(bootstrap, app, name, None, timeout_s)
+    _publish(bootstrap, app, name, None, timeout_s, security)
     log.info("catalog %s: dropped table %r", app, name)
 
 
-def _publish(bootstrap: str, app: str, name: str, value: bytes | None, timeout_s: float) -> None:
-    topic = ensure_catalog_topic(bootstrap, app=app, timeout_s=timeout_s)
+def _publish(
+    bootstrap: str,
+    app: str,
+    name: str,
+    value: bytes | None,
+    timeout_s: float,
+    security: KafkaSecurity,
+) -> None:
+    topic = ensure_catalog_topic(bootstrap, app=app, timeout_s=timeout_s, security=security)
     failures: list[str] = []
 
     def on_delivery(err: CKafkaError | None, _msg: Message) -> None:
@@ -146,6 +188,7 @@ def _publish(bootstrap: str, app: str, name: str, value: bytes | None, timeout_s
             "acks": "all",
             "enable.idempotence": False,
             "message.timeout.ms": int(timeout_s * 1000),
+            **security.librdkafka_conf(),
         }
     )
     try:
@@ -205,7 +248,7 @@ def _apply(tables: dict[str, TableDef], msg: Message) -> bool:
     return True
 
 
-def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int) -> Consumer:
+def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int, security: KafkaSecurity) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -214,6 +257,7 @@ def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int) -> Consumer:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": fetch_wait_ms,
+            **security.librdkafka_conf(),
         }
     )
 
@@ -250,20 +294,29 @@ def _read_to(
 
 
 def read_catalog(
-    bootstrap: str, *, app: str = DEFAULT_APP, timeout_s: float = 10.0
+    bootstrap: str,
+    *,
+    app: str = DEFAULT_APP,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> dict[str, TableDef]:
     """Every table registered in the catalog of *app*, read to its true end."""
-    topic = ensure_catalog_topic(bootstrap, app=app, timeout_s=timeout_s)
+    topic = ensure_catalog_topic(bootstrap, app=app, timeout_s=timeout_s, security=security)
     tables: dict[str, TableDef] = {}
-    read_catalog_into(bootstrap, topic, tables, timeout_s)
+    read_catalog_into(bootstrap, topic, tables, timeout_s, security=security)
     return tables
 
 
 def read_catalog_into(
-    bootstrap: str, topic: str, tables: dict[str, TableDef], timeout_s: float = 10.0
+    bootstrap: str,
+    topic: str,
+    tables: dict[str, TableDef],
+    timeout_s: float = 10.0,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> int:
     """Apply every record of catalog *topic* to *tables*; returns the true end offset read to."""
-    consumer = _catalog_consumer(bootstrap, fetch_wait_ms=_READ_FETCH_WAIT_MS)
+    consumer = _catalog_consumer(bootstrap, fetch_wait_ms=_READ_FETCH_WAIT_MS, security=security)
     try:
         tp = (topic, _PARTITION)
         end = true_end_offsets(bootstrap, [tp], timeout_s=timeout_s, consumer=consumer)[tp]
@@ -295,8 +348,10 @@ class CatalogWatcher:
         on_change: Callable[[dict[str, TableDef]], None] | None = None,
         poll_timeout_s: float = 0.2,
         start_timeout_s: float = 30.0,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.app = app
         self.topic = catalog_topic(app)
         self._on_change = on_change
@@ -318,7 +373,7 @@ class CatalogWatcher:
         """Start following; returns after the initial catalog has been read to its true end."""
         if self._thread is not None:
             return
-        ensure_catalog_topic(self.bootstrap, app=self.app)
+        ensure_catalog_topic(self.bootstrap, app=self.app, security=self.security)
         self._stopping.clear()
         self._ready.clear()
         self._startup_error = None
@@ -329,7 +384,8 @@ class CatalogWatcher:
             self.stop()
             raise KafkaError(
                 f"catalog topic {self.topic!r} on {self.bootstrap} was not read within "
-                f"{self._start_timeout_s:g}s; check that the broker is reachable"
+                f"{self._start_timeout_s:g}s (connecting with {self.security.summary}); "
+                "check that the broker is reachable"
             )
         if self._startup_error is not None:
             error = self._startup_error
@@ -348,8 +404,16 @@ class CatalogWatcher:
         try:
             # A short-waiting consumer for the initial read, so start() is quick; a patient
             # one to follow, so an idle watcher costs the broker little.
-            end = read_catalog_into(self.bootstrap, self.topic, initial, self._start_timeout_s)
-            consumer = _catalog_consumer(self.bootstrap, fetch_wait_ms=_FOLLOW_FETCH_WAIT_MS)
+            end = read_catalog_into(
+                self.bootstrap,
+                self.topic,
+                initial,
+                self._start_timeout_s,
+                security=self.security,
+            )
+            consumer = _catalog_consumer(
+                self.bootstrap, fetch_wait_ms=_FOLLOW_FETCH_WAIT_MS, security=self.security
+            )
         except BaseException as exc:  # reported to start(), which re-raises it
             self._startup_error = exc
             self._ready.set()

@@ -22,6 +22,7 @@ from typing import Any
 
 from sparkiq.kafka.admin import partition_count
 from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.security import KafkaSecurity
 from sparkiq.processes import spawn_sparkiq, stop_process
 
 
@@ -35,12 +36,20 @@ class PipelineProcess:
     log_path: Path
     app: str = "sparkiq"
     params: Mapping[str, str] = field(default_factory=dict)
+    # Kafka security settings file (`--kafka-config`): a file, so no password shows in the
+    # child's command line.
+    kafka_config: Path | None = None
     extra_args: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def status_path(self) -> Path:
         return self.checkpoint_dir / "status.json"
+
+    @property
+    def security(self) -> KafkaSecurity:
+        """The Kafka security settings the pipeline and `caught_up` connect with."""
+        return KafkaSecurity.load(self.kafka_config)
 
     @property
     def pid(self) -> int | None:
@@ -66,6 +75,8 @@ class PipelineProcess:
         ]
         for name, value in self.params.items():
             args += ["--param", f"{name}={value}"]
+        if self.kafka_config is not None:
+            args += ["--kafka-config", str(self.kafka_config)]
         args += list(self.extra_args)
         self.proc = spawn_sparkiq(args, self.log_path)
         return self
@@ -113,8 +124,13 @@ class PipelineProcess:
 
     def caught_up(self, topics: Sequence[str]) -> bool:
         """True when every query has processed every record now in *topics*."""
-        tps = [(t, p) for t in topics for p in range(partition_count(self.bootstrap_servers, t))]
-        ends = true_end_offsets(self.bootstrap_servers, tps)
+        security = self.security
+        tps = [
+            (t, p)
+            for t in topics
+            for p in range(partition_count(self.bootstrap_servers, t, security=security))
+        ]
+        ends = true_end_offsets(self.bootstrap_servers, tps, security=security)
         processed = self.processed()
         if not processed:
             return False

@@ -34,6 +34,7 @@ from aiokafka.protocol.group import LeaveGroupRequest
 
 from sparkiq.assignment import assign
 from sparkiq.errors import ConfigError, KafkaError
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.topology import ClusterMap, MemberInfo
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,10 @@ class GroupMember:
         heartbeat_interval_ms: int,
         kafka_config: Mapping[str, str] | None = None,
         unassigned_topics: Iterable[str] = (),
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
+        """*security* is translated for aiokafka here, so settings it cannot use (GSSAPI,
+        OAUTHBEARER, keystores) raise ConfigError when the node starts, not on first join."""
         if heartbeat_interval_ms * 2 > session_timeout_ms:
             raise ConfigError(
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be at most half of "
@@ -151,6 +155,8 @@ class GroupMember:
         self._session_timeout_ms = session_timeout_ms
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._kafka_config = dict(kafka_config or {})
+        self._security = security
+        self._security_kwargs = security.aiokafka_kwargs()
         self._assignor = SparkiqAssignor(
             member_info=member_info,
             on_map=self._received,
@@ -230,6 +236,7 @@ class GroupMember:
             # New partitions of a followed topic reach the leader's metadata this often.
             "metadata_max_age_ms": 30_000,
         }
+        config.update(self._security_kwargs)
         config.update(self._kafka_config)
         consumer = AIOKafkaConsumer(**config)
         consumer.subscribe(sorted(self._topics))
@@ -240,14 +247,20 @@ class GroupMember:
             await consumer.start()
             timeout_s = max(30.0, 3 * self._session_timeout_ms / 1000)
             await asyncio.wait_for(self._first_map.wait(), timeout_s)
-        except (AIOKafkaError, TimeoutError) as exc:
+        except Exception as exc:
+            # Not only AIOKafkaError: aiokafka lets a SCRAM login the broker refuses with an
+            # error reply (``e=...`` instead of ``v=...``) out as KeyError('v').
             self._consumer = None
             with contextlib.suppress(Exception):
                 await consumer.stop()
+            reason = repr(exc)
+            if isinstance(exc, KeyError) and (self._security.mechanism or "").startswith("SCRAM"):
+                reason = f"the broker refused the {self._security.mechanism} login"
             raise KafkaError(
                 f"cannot join consumer group {self._group_id!r} on {self._bootstrap} "
-                f"({exc!r}); check that the broker is reachable and the topics "
-                f"{sorted(self._topics)} exist"
+                f"({reason}, connecting with {self._security.summary}); check that the "
+                f"broker is reachable, the Kafka security settings are the cluster's and "
+                f"the topics {sorted(self._topics)} exist"
             ) from exc
         self._poll_task = asyncio.create_task(self._keep_polling(consumer))
 

@@ -63,9 +63,13 @@ class Node:
             self.registry,
             self._table_for_topic,
             on_change=self._notify_threadsafe,
+            security=settings.kafka_config,
         )
         self.catalog = CatalogWatcher(
-            settings.bootstrap_servers, app=settings.app, on_change=self._on_catalog_threadsafe
+            settings.bootstrap_servers,
+            app=settings.app,
+            on_change=self._on_catalog_threadsafe,
+            security=settings.kafka_config,
         )
         self.member = GroupMember(
             bootstrap=settings.bootstrap_servers,
@@ -78,6 +82,7 @@ class Node:
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             # The catalog keeps the node in the group; its partition is nobody's to serve.
             unassigned_topics=(settings.catalog_topic,),
+            security=settings.kafka_config,
         )
 
     # ---- NodeView -------------------------------------------------------------------

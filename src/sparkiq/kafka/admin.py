@@ -3,24 +3,58 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from sparkiq.errors import KafkaError, TopicNotFoundError
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 
-def admin_client(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> AdminClient:
+class ClientErrors:
+    """librdkafka's error callback for one client: keeps the last errors it reported.
+
+    A request to a broker the client cannot talk to (wrong credentials, TLS against a
+    plaintext listener) only fails with "timed out" or "transport failure"; the reason
+    (e.g. "SASL authentication error ...") reaches the error callback alone.
+    """
+
+    def __init__(self) -> None:
+        self._seen: deque[str] = deque(maxlen=3)
+
+    def __call__(self, err: CKafkaError) -> None:
+        self._seen.append(err.str())
+
+    def hint(self, client: AdminClient, security: KafkaSecurity) -> str:
+        """What to add to a failure message: the client's last errors and how it connects."""
+        client.poll(0)  # serves the error callbacks the failed request left queued
+        reported = [e for e in self._seen if "brokers are down" not in e]
+        said = f"; the client reported: {reported[-1]}" if reported else ""
+        return f"{said} (connecting with {security.summary})"
+
+
+def admin_client(
+    bootstrap_servers: str,
+    extra: Mapping[str, str] | None = None,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    errors: ClientErrors | None = None,
+) -> AdminClient:
     # Never let a metadata request create a topic: brokers with auto-creation on would
     # otherwise create a mistyped topic with their default partition count.
-    conf: dict[str, str | int | float | bool] = {
+    conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap_servers,
         "allow.auto.create.topics": False,
     }
+    conf.update(security.librdkafka_conf())
     conf.update(extra or {})
+    if errors is not None:
+        conf["error_cb"] = errors
     return AdminClient(conf)
 
 
@@ -32,11 +66,13 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     exist_ok: bool = True,
     timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create *name* with *partitions* partitions (replication 1 on the dev broker)."""
     if partitions < 1:
         raise KafkaError(f"topic {name!r} needs at least one partition, got {partitions}")
-    admin = admin_client(bootstrap_servers)
+    errors = ClientErrors()
+    admin = admin_client(bootstrap_servers, security=security, errors=errors)
     futures = admin.create_topics(
         [NewTopic(name, partitions, 1, config=dict(config or {}))],
         operation_timeout=timeout_s,
@@ -50,12 +86,14 @@ def create_topic(
             err = exc.args[0]
             if not (exist_ok and err.name() == "TOPIC_ALREADY_EXISTS"):
                 failure = f"cannot create topic {topic!r}: {err.str()}"
+                if err.code() in (CKafkaError._TIMED_OUT, CKafkaError._TRANSPORT):
+                    failure += errors.hint(admin, security)
     # The futures hold the admin client in a reference cycle through their exception;
     # drop them now so the client closes at once rather than at the next collection.
     del futures
     if failure is not None:
         raise KafkaError(failure)
-    wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s)
+    wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s, security=security)
 
 
 class _HasMetadata(Protocol):
@@ -78,24 +116,53 @@ def count_partitions(client: _HasMetadata, topic: str, where: str, timeout_s: fl
     return len(info.partitions)
 
 
-def partition_count(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
+def partition_count(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> int:
     """Number of partitions of *topic*; TopicNotFoundError if it does not exist."""
-    return count_partitions(admin_client(bootstrap_servers), topic, bootstrap_servers, timeout_s)
+    errors = ClientErrors()
+    admin = admin_client(bootstrap_servers, security=security, errors=errors)
+    try:
+        return count_partitions(admin, topic, bootstrap_servers, timeout_s)
+    except TopicNotFoundError:
+        raise
+    except KafkaError as exc:
+        raise KafkaError(f"{exc}{errors.hint(admin, security)}") from exc.__cause__
 
 
-def list_topics(bootstrap_servers: str, *, timeout_s: float = 10.0) -> dict[str, int]:
+def list_topics(
+    bootstrap_servers: str, *, timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+) -> dict[str, int]:
     """Every topic on the cluster with its partition count."""
-    admin = admin_client(bootstrap_servers)
-    md = admin.list_topics(timeout=timeout_s)
+    errors = ClientErrors()
+    admin = admin_client(bootstrap_servers, security=security, errors=errors)
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaError(
+            f"cannot list the topics on {bootstrap_servers}: {exc}{errors.hint(admin, security)}"
+        ) from exc
     return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
 
-def wait_for_topic(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> int:
+def wait_for_topic(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> int:
     """Wait until *topic* shows in metadata with its partitions; returns the count."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return partition_count(bootstrap_servers, topic, timeout_s=min(timeout_s, 5.0))
+            return partition_count(
+                bootstrap_servers, topic, timeout_s=min(timeout_s, 5.0), security=security
+            )
         except TopicNotFoundError:
             if time.monotonic() >= deadline:
                 raise

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+
 TopicPartitionKey = tuple[str, int]
 
 # librdkafka settings that make a short read of a partition tail return at once.
@@ -27,12 +29,13 @@ _PROBE_CONF: Mapping[str, str | int | float | bool] = {
 }
 
 
-def probe_consumer(bootstrap_servers: str) -> Consumer:
+def probe_consumer(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT) -> Consumer:
     """A group-less consumer for offset look-ups."""
     conf: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap_servers,
         "group.id": f"sparkiq-probe-{uuid.uuid4()}",
     }
+    conf.update(security.librdkafka_conf())
     conf.update(_PROBE_CONF)
     return Consumer(conf)
 
@@ -53,10 +56,15 @@ def true_end_offsets(
     *,
     timeout_s: float = 10.0,
     consumer: Consumer | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> dict[TopicPartitionKey, int]:
-    """The offset after the last record of each partition (0 for an empty one)."""
+    """The offset after the last record of each partition (0 for an empty one).
+
+    *consumer* (already configured) is used if given; otherwise a probe consumer is made
+    with *security*.
+    """
     own = consumer is None
-    c = consumer if consumer is not None else probe_consumer(bootstrap_servers)
+    c = consumer if consumer is not None else probe_consumer(bootstrap_servers, security)
     try:
         marks = watermarks(c, partitions, timeout_s)
         ends: dict[TopicPartitionKey, int] = {}

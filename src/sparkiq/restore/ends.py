@@ -10,6 +10,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer
 
 from sparkiq.kafka.offsets import probe_consumer
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 _T = TypeVar("_T")
 
@@ -21,8 +22,9 @@ class EndProbe:
     restoring. One worker thread owns the probe consumer, so it is never used concurrently.
     """
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity = PLAINTEXT) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="sparkiq-restorer-ends")
         self._consumer: Consumer | None = None
 
@@ -31,7 +33,7 @@ class EndProbe:
 
     def _call(self, fn: Callable[[Consumer], _T]) -> _T:
         if self._consumer is None:
-            self._consumer = probe_consumer(self._bootstrap)
+            self._consumer = probe_consumer(self._bootstrap, self._security)
         return fn(self._consumer)
 
     def _close_consumer(self) -> None:

@@ -9,6 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.kafka.consumers import TUNED_READ_CONF
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.topology import TopicPartition
 
 # The restorer reads with the project's tuned settings (a standby sees new records within
@@ -18,12 +19,15 @@ CONSUMER_CONF: Mapping[str, str | int | float | bool] = TUNED_READ_CONF
 BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write
 
 
-def new_consumer(bootstrap: str, overrides: Mapping[str, str]) -> Consumer:
+def new_consumer(
+    bootstrap: str, overrides: Mapping[str, str], security: KafkaSecurity = PLAINTEXT
+) -> Consumer:
     """A consumer for `assign()` mode: it never joins its group."""
     conf: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap,
         "group.id": f"sparkiq-restore-{uuid.uuid4()}",  # required by librdkafka, never joined
     }
+    conf.update(security.librdkafka_conf())
     conf.update(CONSUMER_CONF)
     conf.update(overrides)
     return Consumer(conf)

@@ -35,6 +35,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.errors import SparkiqError, StoreError
 from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.restore.batches import split_batch
 from sparkiq.restore.ends import EndProbe
 from sparkiq.restore.fetch import BATCH_SIZE, Fetching, new_consumer
@@ -62,8 +63,10 @@ class Restorer:
         table_for_topic: Callable[[str], TableDef | None],
         on_change: Callable[[], None] | None = None,
         kafka_config: Mapping[str, str] | None = None,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.registry = registry
         self._table_for_topic = table_for_topic
         self._on_change = on_change
@@ -166,9 +169,9 @@ class Restorer:
     # -- restorer thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        consumer = new_consumer(self.bootstrap, self._kafka_config)
+        consumer = new_consumer(self.bootstrap, self._kafka_config, self.security)
         fetching = Fetching(consumer)
-        ends = EndProbe(self.bootstrap)
+        ends = EndProbe(self.bootstrap, self.security)
         next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
         disk_job: Future[None] | None = None
         poll_s = _POLL_TIMEOUT_S

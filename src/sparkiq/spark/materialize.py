@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from sparkiq.catalog import DEFAULT_APP, register_table
 from sparkiq.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.sink import SinkOptions, produce_batches
 from sparkiq.tables import Format, TableDef, TableKind
 
@@ -86,7 +87,12 @@ def parse_duration_ms(text: str | int) -> int:
 
 
 def prepare_table(
-    bootstrap_servers: str, table: TableDef, *, app: str = DEFAULT_APP, timeout_s: float = 30.0
+    bootstrap_servers: str,
+    table: TableDef,
+    *,
+    app: str = DEFAULT_APP,
+    timeout_s: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create the changelog topic if it is missing and (re-)register the table in *app*."""
     create_topic(
@@ -96,8 +102,9 @@ def prepare_table(
         config=CHANGELOG_TOPIC_CONFIG,
         exist_ok=True,
         timeout_s=timeout_s,
+        security=security,
     )
-    register_table(bootstrap_servers, table, app=app, timeout_s=timeout_s)
+    register_table(bootstrap_servers, table, app=app, timeout_s=timeout_s, security=security)
 
 
 def _col(c: str | Column) -> Column:
@@ -270,6 +277,7 @@ def materialize(
     output_mode: str = "update",
     trigger_interval: str | None = "1 second",
     description: str = "",
+    kafka_security: KafkaSecurity = PLAINTEXT,
 ) -> StreamingQuery:
     """Write *df*'s updates as the changelog of table *table* and make it queryable.
 
@@ -277,6 +285,7 @@ def materialize(
     partitions if it is missing, the table is registered in the catalog of *app*, and the
     returned query (named after the table) writes every update. Pass *window* (the window
     column of a ``groupBy(..., F.window(...))``) and *window_size* for a windowed table.
+    The topic creation, the registration and the writers connect with *kafka_security*.
     """
     definition = define_table(
         table,
@@ -291,7 +300,7 @@ def materialize(
     if (window is not None) != definition.is_windowed:
         raise ConfigError("a windowed table needs both window=<column> and window_size=...")
     records = changelog(df, definition, key=key, value=value, window=window, deleted=deleted)
-    prepare_table(bootstrap_servers, definition, app=app)
+    prepare_table(bootstrap_servers, definition, app=app, security=kafka_security)
     return start_kafka_write(
         records,
         name=f"table {table}",
@@ -299,6 +308,7 @@ def materialize(
             "bootstrap.servers": bootstrap_servers,
             "topic": definition.topic,
             "windowedKeys": "true" if definition.is_windowed else "false",
+            **kafka_security.spark_options(),
         },
         checkpoint_location=checkpoint_location,
         output_mode=output_mode,

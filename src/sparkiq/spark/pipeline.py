@@ -11,7 +11,9 @@ A pipeline file is ordinary PySpark with one entry point::
 `sparkiq run FILE` builds the SparkSession (any master), calls ``pipeline(ctx)`` and keeps the
 queries it started running. The context fills in what every query needs and a user should
 not repeat: the broker, a checkpoint directory per query under one root (so a restarted
-pipeline resumes each query where it stopped), the trigger interval and the catalog.
+pipeline resumes each query where it stopped), the trigger interval, the catalog, and the
+Kafka client security settings (``sparkiq run --kafka-config``), which every source, sink,
+topic creation and catalog registration it makes connects with.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sparkiq.catalog import DEFAULT_APP
 from sparkiq.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.materialize import (
     materialize,
     prepare_table,
@@ -54,6 +57,8 @@ class PipelineContext:
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
+    # SASL/SSL settings of every Kafka client the context makes (default PLAINTEXT).
+    kafka_security: KafkaSecurity = PLAINTEXT
     # Free-form settings for the pipeline itself (`sparkiq run --param name=value`).
     params: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list)
@@ -106,6 +111,7 @@ class PipelineContext:
             .option("bootstrap.servers", self.bootstrap_servers)
             .option("subscribe", ",".join(topics))
             .option("startingOffsets", starting_offsets)
+            .options(**self.kafka_security.spark_options())
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
@@ -121,6 +127,7 @@ class PipelineContext:
     ) -> StreamingQuery:
         """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka."""
         options = {"bootstrap.servers": self.bootstrap_servers}
+        options.update(self.kafka_security.spark_options())
         if topic is not None:
             options["topic"] = topic
         return self._start(
@@ -137,11 +144,17 @@ class PipelineContext:
     def create_topics(self, *topics: str, partitions: int = 6) -> None:
         """Create the output topics that do not exist yet (existing ones are left alone)."""
         for topic in topics:
-            create_topic(self.bootstrap_servers, topic, partitions, exist_ok=True)
+            create_topic(
+                self.bootstrap_servers,
+                topic,
+                partitions,
+                exist_ok=True,
+                security=self.kafka_security,
+            )
 
     def prepare_table(self, table: TableDef) -> None:
         """Create *table*'s changelog topic and register it (for hand-written changelogs)."""
-        prepare_table(self.bootstrap_servers, table, app=self.app)
+        prepare_table(self.bootstrap_servers, table, app=self.app, security=self.kafka_security)
 
     def materialize(
         self,
@@ -154,6 +167,7 @@ class PipelineContext:
         """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints."""
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
+        options.setdefault("kafka_security", self.kafka_security)
         return self._start(
             lambda: materialize(
                 df,

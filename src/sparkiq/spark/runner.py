@@ -27,6 +27,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from sparkiq.catalog import DEFAULT_APP
 from sparkiq.errors import SparkiqError
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class RunSettings:
     params: Mapping[str, str] = field(default_factory=dict)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     status_file: Path | None = None
+    # SASL/SSL settings of every Kafka client the pipeline makes (`--kafka-config`).
+    kafka_security: KafkaSecurity = PLAINTEXT
     progress_interval_s: float = 5.0
     duration_s: float | None = None
 
@@ -181,6 +184,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         trigger_interval=settings.trigger_interval,
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         params=dict(settings.params),
+        kafka_security=settings.kafka_security,
     )
     status_file = settings.status_file
     if status_file is not None:

@@ -78,7 +78,9 @@ class SinkOptions:
     has_headers: bool
     windowed_keys: bool = False
     flush_timeout_s: float = 120.0
-    kafka_config: tuple[tuple[str, str], ...] = field(default=())
+    # Options named `kafka.<setting>` (librdkafka settings); out of the repr, since they may
+    # hold passwords.
+    kafka_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:

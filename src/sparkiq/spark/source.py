@@ -103,8 +103,9 @@ class SourceOptions:
     starting_offsets: str = "latest"
     max_offsets_per_trigger: int | None = None
     poll_timeout_s: float = 60.0
-    # Options named `kafka.<setting>` are passed to librdkafka as `<setting>` (as in Spark).
-    kafka_config: tuple[tuple[str, str], ...] = field(default=())
+    # Options named `kafka.<setting>` are passed to librdkafka as `<setting>` (as in Spark);
+    # out of the repr, since they may hold passwords.
+    kafka_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
