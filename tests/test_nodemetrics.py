@@ -1,4 +1,4 @@
-"""Node metrics read at scrape time (nodemetrics.py) and restore progress (restoreprogress.py)."""
+"""Node metrics read at scrape time (nodemetrics.py), from a fake node and restorer."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from sparkiq.nodemetrics import NodeMetrics, PartitionState
 from sparkiq.restore import PartitionStatus, ReplicaState
-from sparkiq.restoreprogress import (
-    RestoreProgress,
-    RestoreRound,
-    RestoreSnapshot,
-    fraction_done,
-)
+from sparkiq.restoreprogress import RestoreProgress
 from sparkiq.tables import TableDef
 from sparkiq.topology import ClusterMap, PartitionOwners, TopicPartition
 
@@ -163,63 +158,3 @@ def test_an_empty_node_scrapes() -> None:
     assert value(r, "sparkiq_group_generation") == -1
     assert value(r, "sparkiq_tables") == 0
     assert value(r, "sparkiq_restore_records_total") == 0
-
-
-# -- restore progress ----------------------------------------------------------------------
-
-
-def test_fraction_done() -> None:
-    assert fraction_done(100, 100, 200) == 0.0
-    assert fraction_done(100, 150, 200) == 0.5
-    assert fraction_done(100, 250, 200) == 1.0  # the end seen was stale
-    assert fraction_done(100, 100, 100) == 1.0  # nothing to restore
-    assert fraction_done(100, 50, 100) == 0.0
-
-
-def test_a_round_from_start_to_end() -> None:
-    progress = RestoreProgress()
-    a, b, s = (USERS.topic, 0), (USERS.topic, 1), (USERS.topic, 2)
-    assert progress.update({}, 0, now=0.0) is None
-    standby = status(USERS, 2, ReplicaState.STANDBY, 10, 10)
-    statuses = {
-        a: status(USERS, 0, ReplicaState.RESTORING, 0, 1_000),
-        b: status(USERS, 1, ReplicaState.RESTORING, 500, 1_500),
-        s: standby,
-    }
-    first = progress.update(statuses, 100, now=10.0)
-    assert isinstance(first, RestoreSnapshot)
-    assert (first.done, first.partitions, first.remaining, first.records) == (0, 2, 2_000, 0)
-    assert first.eta_s is None  # no rate yet
-    statuses[a] = status(USERS, 0, ReplicaState.ACTIVE, 1_000, 1_000)
-    statuses[b] = status(USERS, 1, ReplicaState.RESTORING, 1_000, 1_500)
-    mid = progress.update(statuses, 1_600, now=12.0)
-    assert isinstance(mid, RestoreSnapshot)
-    assert (mid.done, mid.partitions, mid.remaining, mid.records) == (1, 2, 500, 1_500)
-    assert mid.rate == 750.0  # 1500 offsets in 2 s
-    assert mid.eta_s == pytest.approx(500 / 750)
-    assert progress.start_of(b) == 500
-    assert "1/2 partitions done" in mid.describe()
-    assert "ETA 1s" in mid.describe()
-    statuses[b] = status(USERS, 1, ReplicaState.ACTIVE, 1_500, 1_500)
-    end = progress.update(statuses, 2_100, now=13.0)
-    assert isinstance(end, RestoreRound)
-    assert (end.partitions, end.records, end.elapsed_s) == (2, 2_000, 3.0)
-    assert end.describe().startswith("restored 2 partitions in 3.0 s")
-    assert progress.start_of(b) is None
-    assert progress.update(statuses, 2_100, now=14.0) is None  # idle until the next round
-
-
-def test_a_partition_moved_away_is_not_counted_as_restored() -> None:
-    progress = RestoreProgress()
-    a, b = (USERS.topic, 0), (USERS.topic, 1)
-    progress.update(
-        {
-            a: status(USERS, 0, ReplicaState.RESTORING, 0, 100),
-            b: status(USERS, 1, ReplicaState.RESTORING, 0, 100),
-        },
-        0,
-        now=0.0,
-    )
-    end = progress.update({a: status(USERS, 0, ReplicaState.ACTIVE, 100, 100)}, 100, now=1.0)
-    assert isinstance(end, RestoreRound)
-    assert end.partitions == 1
