@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import httpx
 import orjson
 
 from sparkiq.errors import ClientError, FormatError, SparkiqError
+from sparkiq.http.tls import client_context
 from sparkiq.partitioner import partition_for
 from sparkiq.serde import key_codec
 from sparkiq.tables import Format, TableDef, TableKind
@@ -94,7 +96,7 @@ class Client:
         self._refresh_interval_s = refresh_interval_s
         sent = credential_headers(token, api_key)
         sent.update(headers or {})
-        verify: str | bool = str(ca_file) if ca_file is not None else True
+        verify: ssl.SSLContext | bool = client_context(Path(ca_file)) if ca_file else True
         self._http = httpx.Client(timeout=timeout_s, headers=sent, verify=verify)
         self._routes = _Routes(nodes=list(self._seeds))
         self._rr = itertools.count()

@@ -17,6 +17,7 @@ import httpx
 
 from sparkiq.broker import free_port
 from sparkiq.errors import SparkiqError
+from sparkiq.http.tls import client_context
 from sparkiq.processes import spawn_sparkiq, stop_process
 
 
@@ -48,7 +49,7 @@ class NodeProcess:
 
     def http_get(self, path: str, timeout_s: float) -> httpx.Response:
         """GET `path` of this node with the harness's credentials and trust."""
-        verify: str | bool = str(self.ca_file) if self.ca_file is not None else True
+        verify = client_context(self.ca_file) if self.ca_file is not None else True
         return httpx.get(
             f"{self.url}{path}", headers=dict(self.headers), timeout=timeout_s, verify=verify
         )
