@@ -285,3 +285,28 @@ async def test_request_id_is_echoed_made_and_carried_to_the_owner(
         logger.removeHandler(handler)
         logger.setLevel(level)
     assert handler.ids[:2] == ["trace-42", made]  # b answered both, under the caller's ids
+
+
+async def test_forwards_go_only_to_the_owner_the_assignment_names(
+    stack: AsyncExitStack, tmp_path: Path
+) -> None:
+    """Nothing in a request (Host, an absolute target, headers) picks the node it goes to."""
+    pair = Pair()
+    decoy = StaticView(f"http://127.0.0.1:{free_port()}", [USERS])
+    decoy.place_all(USERS, dict.fromkeys(range(USERS.partitions), decoy.url))
+    for p in range(USERS.partitions):
+        put_value(decoy, USERS, f"user-{p}", "decoy")
+    auth = AuthConfig.none()
+    await pair.start(stack, auth, auth)
+    port = int(decoy.url.rsplit(":", 1)[1])
+    await stack.enter_async_context(HttpServer(decoy, "127.0.0.1", port, FAST, auth=auth))
+    key = pair.on_b[0]
+    async with httpx.AsyncClient(base_url=pair.a.url) as client:
+        r = await client.get(
+            f"/v1/tables/users/keys/{key}",
+            headers={"host": decoy.url.removeprefix("http://"), "x-forwarded-host": decoy.url},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["node"] == pair.b.url
+        assert r.json()["value"] == key
+    assert all(decoy.local_store((USERS.topic, p)).reads == 0 for p in range(USERS.partitions))
