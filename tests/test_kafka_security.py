@@ -609,3 +609,52 @@ def test_serving_node_with_unusable_settings_exits_at_start(
     finally:
         node.stop()
     assert "GSSAPI" in (tmp_path / "node.log").read_text()
+
+
+class _RecordingReader:
+    """Stands in for ``spark.readStream``: records the options a query is built with."""
+
+    def __init__(self) -> None:
+        self.recorded: dict[str, str] = {}
+
+    def format(self, _name: str) -> _RecordingReader:
+        return self
+
+    def option(self, key: str, value: str) -> _RecordingReader:
+        self.recorded[key] = value
+        return self
+
+    def options(self, **options: str) -> _RecordingReader:
+        self.recorded.update(options)
+        return self
+
+    def load(self) -> dict[str, str]:
+        return dict(self.recorded)
+
+
+def test_pipeline_context_hands_the_settings_to_sources_topics_and_catalog(
+    bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from sparkiq.kafka.admin import partition_count
+    from sparkiq.spark.pipeline import PipelineContext
+    from sparkiq.tables import TableDef
+
+    security = KafkaSecurity.from_pairs(["security.protocol=PLAINTEXT"])
+    ctx = PipelineContext(
+        spark=cast(Any, SimpleNamespace(readStream=_RecordingReader())),
+        bootstrap_servers=bootstrap,
+        checkpoint_dir=tmp_path,
+        app=unique_name("sec-app"),
+        kafka_security=security,
+    )
+    loaded = cast(dict[str, str], ctx.read("orders"))
+    assert loaded["kafka.security.protocol"] == "PLAINTEXT"
+    assert loaded["bootstrap.servers"] == bootstrap
+    topic = unique_name("sec-topic")
+    ctx.create_topics(topic, partitions=2)
+    assert partition_count(bootstrap, topic, security=security) == 2
+    ctx.prepare_table(TableDef(name="t", topic=topic, partitions=2))
+    assert "t" in read_catalog(bootstrap, app=ctx.app, security=security)
