@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections import Counter
 from collections.abc import Collection
 from urllib.parse import parse_qsl, unquote
 
@@ -35,7 +36,7 @@ def codecs(table: TableDef) -> tuple[KeyCodec, ValueCodec]:
 
 
 def parse_query(query: str, allowed: Collection[str]) -> Params | Failure:
-    """The query string as a dict (last value wins); unknown names are refused."""
+    """The query string as a dict; unknown and repeated names are refused."""
     if not query:
         return {}
     try:
@@ -43,6 +44,15 @@ def parse_query(query: str, allowed: Collection[str]) -> Params | Failure:
     except (ValueError, UnicodeDecodeError) as exc:
         return Failure(FailureReason.BAD_REQUEST, f"query string does not parse: {exc}")
     params = dict(pairs)
+    if len(params) < len(pairs):
+        # Every parameter is one value: `limit=10&limit=1000` is a caller's mistake to report,
+        # not one to settle by picking a value.
+        counts = Counter(name for name, _ in pairs)
+        repeated = sorted(name for name, count in counts.items() if count > 1)
+        return Failure(
+            FailureReason.BAD_REQUEST,
+            f"parameter(s) {', '.join(repeated)} given more than once; give each once",
+        )
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         return Failure(
