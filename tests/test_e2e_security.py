@@ -183,3 +183,21 @@ def test_cli_get_with_a_token_and_the_ca(secured: tuple[LocalCluster, Oracle, Pa
     )
     assert denied.returncode != 0
     assert "403" in denied.stderr
+
+
+def test_cli_cluster_with_credentials(secured: tuple[LocalCluster, Oracle, Path]) -> None:
+    cluster, _, ca = secured
+    base = [sys.executable, "-m", "sparkiq", "cluster", "--url", cluster.urls[0]]
+    shown = subprocess.run(
+        [*base, "--token", hs256([]), "--ca-file", str(ca)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert all(url in shown.stdout for url in cluster.urls)
+    refused = subprocess.run(
+        [*base, "--ca-file", str(ca)], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode != 0
+    assert "401" in refused.stderr

@@ -80,9 +80,7 @@ def _kafka_security_options(command: _F) -> _F:
     return command
 
 
-def _kafka_security(
-    kafka_config: Path | None, kafka_properties: tuple[str, ...]
-) -> KafkaSecurity:
+def _kafka_security(kafka_config: Path | None, kafka_properties: tuple[str, ...]) -> KafkaSecurity:
     """The `KafkaSecurity` of the two options above, checked by librdkafka at once."""
     from sparkiq.kafka.security import KafkaSecurity
 
@@ -511,14 +509,32 @@ def get(
     flag_value=2.0,
     help="Show it again every N seconds (default 2) until Ctrl-C.",
 )
-def cluster(urls: tuple[str, ...], as_json: bool, watch_s: float | None) -> None:
+@_credential_options
+def cluster(
+    urls: tuple[str, ...],
+    as_json: bool,
+    watch_s: float | None,
+    token: str | None,
+    api_key: str | None,
+    ca_file: Path | None,
+) -> None:
     """Show which node holds which partitions and how far behind each replica is."""
-    from sparkiq.clusterview import render_cluster, watch_cluster
+    import httpx
 
-    if watch_s is None:
-        _run(lambda: click.echo(render_cluster(list(urls), as_json=as_json)))
-    else:
-        _run(lambda: watch_cluster(list(urls), interval_s=watch_s, as_json=as_json))
+    from sparkiq.client import credential_headers
+    from sparkiq.clusterview import render_cluster, watch_cluster
+    from sparkiq.http.tls import client_context
+
+    def run() -> None:
+        verify = client_context(ca_file) if ca_file is not None else True
+        headers = credential_headers(token, api_key)
+        with httpx.Client(headers=headers, verify=verify) as http:
+            if watch_s is None:
+                click.echo(render_cluster(list(urls), as_json=as_json, http=http))
+            else:
+                watch_cluster(list(urls), interval_s=watch_s, as_json=as_json, http=http)
+
+    _run(run)
 
 
 @main.command()

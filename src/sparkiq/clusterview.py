@@ -17,12 +17,15 @@ import orjson
 from sparkiq.errors import ClientError
 
 
-def fetch_metadata(urls: list[str], timeout_s: float = 3.0) -> dict[str, Any]:
-    """The metadata of the first node that answers."""
+def fetch_metadata(
+    urls: list[str], timeout_s: float = 3.0, http: httpx.Client | None = None
+) -> dict[str, Any]:
+    """The metadata of the first node that answers (through `http`: credentials, trust)."""
+    get = http.get if http is not None else httpx.get
     errors = []
     for url in urls:
         try:
-            resp = httpx.get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
+            resp = get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
             if resp.status_code == 200:
                 meta: dict[str, Any] = resp.json()
                 return meta
@@ -32,17 +35,26 @@ def fetch_metadata(urls: list[str], timeout_s: float = 3.0) -> dict[str, Any]:
     raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
 
 
-def _local_replicas(url: str, timeout_s: float) -> list[dict[str, Any]] | None:
+def _local_replicas(
+    url: str, timeout_s: float, http: httpx.Client | None
+) -> list[dict[str, Any]] | None:
+    get = http.get if http is not None else httpx.get
     try:
-        resp = httpx.get(f"{url}/v1/metadata", timeout=timeout_s)
+        resp = get(f"{url}/v1/metadata", timeout=timeout_s)
         local: list[dict[str, Any]] = resp.json().get("local", [])
         return local
     except (httpx.HTTPError, ValueError):
         return None
 
 
-def render_cluster(urls: list[str], *, as_json: bool = False, timeout_s: float = 3.0) -> str:
-    meta = fetch_metadata(urls, timeout_s)
+def render_cluster(
+    urls: list[str],
+    *,
+    as_json: bool = False,
+    timeout_s: float = 3.0,
+    http: httpx.Client | None = None,
+) -> str:
+    meta = fetch_metadata(urls, timeout_s, http)
     if as_json:
         return orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode()
     lines = [
@@ -54,7 +66,7 @@ def render_cluster(urls: list[str], *, as_json: bool = False, timeout_s: float =
     ]
     for node in meta.get("nodes", []):
         url = node["url"]
-        replicas = _local_replicas(url, timeout_s)
+        replicas = _local_replicas(url, timeout_s, http)
         if replicas is None:
             lines.append(f"{url:<28} (not answering)")
             continue
@@ -84,6 +96,7 @@ def watch_cluster(
     out: TextIO | None = None,
     rounds: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    http: httpx.Client | None = None,
 ) -> None:
     """Render the cluster every `interval_s` until Ctrl-C (or `rounds` times).
 
@@ -96,7 +109,9 @@ def watch_cluster(
     try:
         while rounds is None or done < rounds:
             try:
-                text = render_cluster(urls, as_json=as_json, timeout_s=min(interval_s, 3.0))
+                text = render_cluster(
+                    urls, as_json=as_json, timeout_s=min(interval_s, 3.0), http=http
+                )
             except ClientError as exc:
                 text = f"sparkiq: {exc}"
             stamp = time.strftime("%H:%M:%S")
