@@ -13,12 +13,14 @@ Three kinds of test:
   and allowed; the budget is short so it comes quickly. The e2e test fuzzes a real node
   process over HTTP the same way.
 
-Authentication: the nodes here run without it (`HttpApi` without `auth`; `LocalCluster`
-starts its processes with `--auth none`), so the fuzz sends no credentials (`CREDENTIALS`)
-and leaves out schemathesis' `ignored_auth` check (`UNAUTHENTICATED_EXCLUDED`), which
-expects a 401 without them. To fuzz nodes with authentication: give them an `AuthConfig`
-(or auth flags), put a header that grants every table in `CREDENTIALS`, drop the exclusion,
-and have `InProcessForwarder` repeat the caller's credentials as the node's own forwarder does.
+Authentication: `test_fuzz_a_node_with_authentication` fuzzes a node that checks API keys
+(`AuthConfig` with `ApiKeys`): schemathesis sends `API_KEY` as the document's `apiKey`
+scheme (`fuzz_config(api_key=...)`) and its `ignored_auth` check asks again without it and
+with a wrong one, expecting 401; a table the key does not grant answers 403. The other fuzz
+runs use nodes without authentication (`HttpApi` without `auth`; `LocalCluster` starts its
+processes with `--auth none`): they send `CREDENTIALS` (none) and leave out `ignored_auth`
+(`UNAUTHENTICATED_EXCLUDED`). Node b trusts what node a forwards (no cluster secret), and
+`InProcessForwarder` carries neither the caller's credentials nor a cluster signature.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from hypothesis import strategies as st
 from schemathesis import BaseSchema
 from schemathesis.specs.openapi.checks import ignored_auth
 
+from sparkiq.auth import AuthConfig, Identity
+from sparkiq.auth.apikeys import ApiKeys, digest
 from sparkiq.catalog import register_table
 from sparkiq.http import AsgiApp, HttpApi, HttpSettings
 from sparkiq.http import api as api_module
@@ -72,7 +76,7 @@ SETTINGS = HttpSettings(
 )
 REQUEST_TIMEOUT_S = 5.0  # a request still unanswered after this long has hung: it fails
 
-# Authentication hook points (see the module docstring).
+# Fuzzing nodes without authentication (see the module docstring).
 CREDENTIALS: dict[str, str] = {}
 UNAUTHENTICATED_EXCLUDED = [ignored_auth]
 
@@ -172,8 +176,9 @@ def owner_of(table: TableDef, partition: int) -> str:
     return A if partition % 2 == 0 else B
 
 
-def cluster() -> tuple[HttpApi, HttpApi]:
-    """Node a (fuzzed) and node b, with the same placements and data where it lives."""
+def cluster(auth: AuthConfig | None = None) -> tuple[HttpApi, HttpApi]:
+    """Node a (fuzzed, checking callers with `auth`) and node b (which trusts a), with the
+    same placements and data where it lives."""
     forwarder = InProcessForwarder()
     views = {url: NodeShapedView(url, TABLES) for url in (A, B)}
     for table in TABLES:
@@ -204,7 +209,10 @@ def cluster() -> tuple[HttpApi, HttpApi]:
                     put_value(view, table, key, {"n": i, "start": start}, window_start=start)
             else:
                 put_value(view, table, key, value_of(table, i))
-    apis = [HttpApi(views[url], SETTINGS, forwarder=forwarder) for url in (A, B)]
+    apis = [
+        HttpApi(views[A], SETTINGS, forwarder=forwarder, auth=auth),
+        HttpApi(views[B], SETTINGS, forwarder=forwarder),
+    ]
     forwarder.apps = {A: AsgiApp(apis[0]), B: AsgiApp(apis[1])}
     return apis[0], apis[1]
 
@@ -330,15 +338,20 @@ async def test_a_repeated_query_parameter_is_400() -> None:
 FuzzCase = schemathesis.Case[Any]
 
 
-def fuzz_config(max_examples: int) -> schemathesis.Config:
-    """How the fuzz runs: positive and negative cases, reproducible, and what it accepts."""
+def fuzz_config(max_examples: int, api_key: str | None = None) -> schemathesis.Config:
+    """How the fuzz runs: positive and negative cases, reproducible, and what it accepts;
+    with `api_key`, every request carries it (as the document's `apiKey` scheme)."""
+    auth = {"auth": {"openapi": {"apiKey": {"api_key": api_key}}}} if api_key else {}
     return schemathesis.Config.from_dict(
         {
+            **auth,
             "generation": {
                 "mode": "all",
                 "max-examples": max_examples,
                 "deterministic": True,
                 "database": "none",
+                # Credentials are the test's to give (CREDENTIALS, API_KEY), not generated.
+                "with-security-parameters": False,
             },
             "phases": {"stateful": {"enabled": False}},
             "checks": {
@@ -347,9 +360,12 @@ def fuzz_config(max_examples: int) -> schemathesis.Config:
                 # A key valid by the schema (any string) need not parse in the table's format
                 # (400), may be over the size limit (413), its partition may be restoring (503).
                 "positive_data_acceptance": {
-                    "expected-statuses": ["2xx", "400", "404", "413", "503"]
+                    "expected-statuses": ["2xx", "400", "401", "403", "404", "413", "503"]
                 },
-                "negative_data_rejection": {"expected-statuses": ["400", "404", "405", "413"]},
+                # Refused before the input is read (401, 403) is rejected too.
+                "negative_data_rejection": {
+                    "expected-statuses": ["400", "401", "403", "404", "405", "413"]
+                },
                 "max_response_time": REQUEST_TIMEOUT_S,
             },
         }
@@ -434,6 +450,23 @@ aim(schema, TABLES, KEYS)
 @schema.parametrize()
 def test_fuzz_the_api_from_its_description(case: FuzzCase) -> None:
     call_and_validate(case)
+
+
+# With authentication: an API key that grants every table but one. Without credentials
+# (schemathesis' ignored_auth check asks so) the answer must be 401, for a table not granted 403.
+API_KEY = "fuzz-key-of-the-openapi-test"
+READER = Identity("fuzz", frozenset(t.name for t in TABLES if t is not SCORES), "api-key")
+SECURED_API, _ = cluster(AuthConfig(api_keys=ApiKeys({digest(API_KEY): READER})))
+secured_schema = schemathesis.openapi.from_asgi(
+    OPENAPI_PATH, AsgiApp(SECURED_API), config=fuzz_config(max_examples=15, api_key=API_KEY)
+)
+aim(secured_schema, TABLES, KEYS)
+
+
+@pytest.mark.timeout(120)
+@secured_schema.parametrize()
+def test_fuzz_a_node_with_authentication(case: FuzzCase) -> None:
+    case.call_and_validate(timeout=REQUEST_TIMEOUT_S)
 
 
 # -- fuzzing a node process ----------------------------------------------------------------------
