@@ -26,6 +26,7 @@ from sparkiq.http.guard import Gate, forbidden
 from sparkiq.http.keypath import KeyPath, read_key
 from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
+from sparkiq.http.openapi import rendered
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -195,9 +196,6 @@ class HttpApi:
         elif path == "/v1/metadata":
             return ("metadata", *self._simple(method, self._metadata))
         elif path == "/v1/openapi.json":
-            # Imported on first use: only clients that read the description need it.
-            from sparkiq.http.openapi import rendered
-
             return ("openapi", *self._simple(method, lambda: rendered(self.settings)))
         elif path == "/healthz":
             return ("healthz", *self._simple(method, lambda: _OK))
