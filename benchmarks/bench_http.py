@@ -39,6 +39,16 @@ KEYS = 100_000
 PARTITIONS = 4
 CONNECTIONS = 32
 FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
+BENCH_SECRET = b"bench-secret-" * 4
+
+
+def bearer_header() -> list[str]:
+    """wrk's -H option with a bearer token for every table, valid for an hour."""
+    import jwt
+
+    claims = {"sub": "bench", "tables": "*", "exp": int(time.time()) + 3600}
+    return ["-H", f"Authorization: Bearer {jwt.encode(claims, BENCH_SECRET, algorithm='HS256')}"]
+
 
 LUA = """
 local prefix = "%(prefix)s"
@@ -171,7 +181,16 @@ async def run_node(port: int, owner_url: str | None, state_dir: str, interface: 
     else:
         for p in range(PARTITIONS):
             view.set_placement((table.topic, p), owner_url)
-    server = HttpServer(view, "127.0.0.1", port, interface=Interface(interface))
+    base, _, auth_kind = interface.partition("-")
+    auth = None
+    if auth_kind == "jwt":
+        from sparkiq.auth import AuthConfig, ClusterCredential
+        from sparkiq.auth.tokens import TokenVerifier
+
+        auth = AuthConfig(
+            tokens=TokenVerifier(secret=BENCH_SECRET), cluster=ClusterCredential(BENCH_SECRET)
+        )
+    server = HttpServer(view, "127.0.0.1", port, interface=Interface(base), auth=auth)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)
@@ -207,20 +226,35 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def run_wrk(
-    name: str, port: int, prefix: str, duration: int, workdir: Path, pids: list[int]
+    name: str,
+    port: int,
+    prefix: str,
+    duration: int,
+    workdir: Path,
+    pids: list[int],
+    headers: list[str] | None = None,
 ) -> Result:
     script = workdir / f"{name.replace(' ', '_')}.lua"
     script.write_text(LUA % {"prefix": prefix, "keys": KEYS, "seed": 42})
     url = f"http://127.0.0.1:{port}"
     # Warm-up: connections, the OS page cache of the stores, the forwarding pool.
     subprocess.run(
-        ["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", "-s", str(script), url],
+        ["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", *(headers or []), "-s", str(script), url],
         capture_output=True,
         check=True,
     )
     cpu_before = cpu_seconds(pids)
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "-s", str(script), url],
+        [
+            "wrk",
+            "-t1",
+            f"-c{CONNECTIONS}",
+            f"-d{duration}s",
+            *(headers or []),
+            "-s",
+            str(script),
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -276,15 +310,20 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
             forwarder = subprocess.Popen(
                 [*node, "--port", str(fwd_port), "--owner", f"http://127.0.0.1:{owner_port}"]
             )
+            headers = bearer_header() if interface.endswith("-jwt") else None
             try:
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
                 local = f"sparkiq local {interface}"
-                results.append(run_wrk(local, owner_port, key_prefix, duration, work, [owner.pid]))
+                results.append(
+                    run_wrk(local, owner_port, key_prefix, duration, work, [owner.pid], headers)
+                )
                 # CPU of both nodes: the forwarder's work plus the owner's answer.
                 both = [forwarder.pid, owner.pid]
                 forwarded = f"sparkiq forwarded {interface}"
-                results.append(run_wrk(forwarded, fwd_port, key_prefix, duration, work, both))
+                results.append(
+                    run_wrk(forwarded, fwd_port, key_prefix, duration, work, both, headers)
+                )
             finally:
                 stop(forwarder)
                 stop(owner)
