@@ -36,6 +36,18 @@ def _env_option(*names: str, envvar: str, help: str, **kwargs: Any) -> Callable[
     return option
 
 
+def _file_option(*names: str, envvar: str, help: str, **kwargs: Any) -> Callable[[_F], _F]:
+    """An `_env_option` naming an existing file, given as a Path (None when absent)."""
+    kwargs.setdefault("default", None)
+    return _env_option(
+        *names,
+        envvar=envvar,
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help=help,
+        **kwargs,
+    )
+
+
 def _bootstrap_option() -> Callable[[_F], _F]:
     return _env_option(
         "--bootstrap-servers",
@@ -67,11 +79,9 @@ def _kafka_security_options(command: _F) -> _F:
             "ssl.*), overriding --kafka-config (repeatable). Put passwords in the file: a "
             "command line is visible to every user of the machine.",
         ),
-        _env_option(
+        _file_option(
             "--kafka-config",
             envvar="SPARKIQ_KAFKA_CONFIG",
-            type=click.Path(dir_okay=False, exists=True, path_type=Path),
-            default=None,
             help="Properties file of Kafka client security settings (key=value lines, "
             "librdkafka names) used for every broker connection [default: PLAINTEXT].",
         ),
@@ -235,26 +245,21 @@ def broker(port: int) -> None:
     help="'none' serves without authentication (never the default: a node with no "
     "credential source refuses to start without it).",
 )
-@_env_option(
+@_file_option(
     "--jwt-secret-file",
     envvar="SPARKIQ_JWT_SECRET_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="Accept HS256 bearer tokens signed with the secret in this file (>= 32 bytes).",
 )
-@_env_option(
+@_file_option(
     "--jwt-public-key-file",
     "jwt_public_key_files",
     envvar="SPARKIQ_JWT_PUBLIC_KEY_FILES",
     multiple=True,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Accept RS256/ES256 bearer tokens verified by this PEM public key (repeatable).",
 )
-@_env_option(
+@_file_option(
     "--jwks-file",
     envvar="SPARKIQ_JWKS_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="Accept RS256/ES256 bearer tokens verified by the keys of this JWKS file (by kid).",
 )
 @_env_option("--jwt-audience", envvar="SPARKIQ_JWT_AUDIENCE", default=None, help="Required aud.")
@@ -265,18 +270,14 @@ def broker(port: int) -> None:
     default=None,
     help='Claim listing the tables a token may read, or "*" [default: tables].',
 )
-@_env_option(
+@_file_option(
     "--api-keys-file",
     envvar="SPARKIQ_API_KEYS_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="Accept the X-API-Key values listed (as sha256 digests, with their tables) here.",
 )
-@_env_option(
+@_file_option(
     "--cluster-secret-file",
     envvar="SPARKIQ_CLUSTER_SECRET_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="Secret shared by the nodes to sign forwarded requests (>= 32 bytes); required "
     "with authentication.",
 )
@@ -286,25 +287,19 @@ def broker(port: int) -> None:
     default=None,
     help="Require credentials for /healthz, /readyz and /metrics too [default: open].",
 )
-@_env_option(
+@_file_option(
     "--tls-cert-file",
     envvar="SPARKIQ_TLS_CERT_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="Serve HTTPS with this PEM certificate (chain); needs --tls-key-file.",
 )
-@_env_option(
+@_file_option(
     "--tls-key-file",
     envvar="SPARKIQ_TLS_KEY_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="PEM private key of --tls-cert-file.",
 )
-@_env_option(
+@_file_option(
     "--tls-ca-file",
     envvar="SPARKIQ_TLS_CA_FILE",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
     help="CA certificates trusted when forwarding to other nodes over https "
     "[default: the system's].",
 )
@@ -450,11 +445,9 @@ def table_drop(
 def _credential_options(command: _F) -> _F:
     """--token, --api-key and --ca-file: how a client command reaches secured nodes."""
     for option in (
-        _env_option(
+        _file_option(
             "--ca-file",
             envvar="SPARKIQ_CA_FILE",
-            type=click.Path(dir_okay=False, exists=True, path_type=Path),
-            default=None,
             help="CA certificate(s) to check https:// nodes against [default: the system's].",
         ),
         _env_option("--api-key", envvar="SPARKIQ_API_KEY", default=None, help="API key to send."),
