@@ -34,9 +34,6 @@ class ApiKeys:
     def __init__(self, identities: dict[str, Identity]) -> None:
         self._by_digest = identities
 
-    def __len__(self) -> int:
-        return len(self._by_digest)
-
     @classmethod
     def load(cls, path: Path) -> ApiKeys:
         try:

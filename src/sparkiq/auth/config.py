@@ -9,7 +9,7 @@ nodes must share a cluster secret (forwarded requests are signed with it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkiq.auth.apikeys import ApiKeys
@@ -30,7 +30,6 @@ class AuthConfig:
     cluster: ClusterCredential | None = None
     # Whether /healthz, /readyz, /metrics and /v1/openapi.json need credentials too.
     protect_ops: bool = False
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def enabled(self) -> bool:

@@ -115,15 +115,6 @@ class TokenVerifier:
         self.rules = rules or TokenRules()
         self._cache: dict[str, tuple[Identity, float]] = {}
 
-    @property
-    def algorithms(self) -> frozenset[str]:
-        algs = {alg for alg, _ in self._public}
-        if self._secret is not None:
-            algs.add(HS256)
-        if self._jwks is not None:
-            algs |= {RS256, ES256}
-        return frozenset(algs)
-
     def verify(self, token: str) -> Identity:
         """The caller a token names; TokenError when it cannot be accepted."""
         cached = self._cache.get(token)
