@@ -96,12 +96,12 @@ class HttpApi:
         self.view = view
         self.settings = settings or HttpSettings()
         auth = auth or AuthConfig.none()
-        # Admits each request (id, load, caller, cluster headers) before it is answered.
-        self.gate = Gate(auth, self.settings)
         self.forwarder = forwarder or PoolForwarder(
             self.settings.pool_per_host, cluster=auth.cluster, ssl_context=client_ssl
         )
         self.metrics = metrics or HttpMetrics()
+        # Admits each request (id, load, caller, cluster headers) before it is answered.
+        self.gate = Gate(auth, self.settings, self.metrics)
         self.locator = Locator(view, self.settings, self.forwarder)
         lag = ("max_lag", FALLBACK_PARAM)
         self._key_endpoint = _Endpoint("key", "GET", frozenset(lag), self._get_key)

@@ -19,7 +19,7 @@ from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
-from sparkiq.http.responses import Outcome, Response, raw_headers
+from sparkiq.http.responses import Response, raw_headers
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
 Scope = MutableMapping[str, Any]
@@ -85,7 +85,6 @@ class AsgiApp:
             signature=signature,
         )
         if isinstance(admitted, Response):
-            self.api.metrics.observe("refused", Outcome.ERROR, admitted.status, 0.0)
             await _send(send, admitted)
             return
         gate.in_flight += 1

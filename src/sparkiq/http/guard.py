@@ -25,8 +25,9 @@ from contextvars import ContextVar
 
 from sparkiq.auth import AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
-from sparkiq.http.responses import JSON_HEADERS, Response, error_response
+from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
 from sparkiq.http.settings import HttpSettings
 
 # Header lines ("name: value\r\n"...) a forward of the current request repeats: its id and
@@ -48,7 +49,8 @@ _CHALLENGE = (*JSON_HEADERS, ("www-authenticate", 'Bearer realm="sparkiq"'))
 class Gate:
     """Admits requests to one node's API."""
 
-    def __init__(self, auth: AuthConfig, settings: HttpSettings) -> None:
+    def __init__(self, auth: AuthConfig, settings: HttpSettings, metrics: HttpMetrics) -> None:
+        self._observe = metrics.observe
         self.authenticator = Authenticator(auth)
         self.cluster = auth.cluster
         self.protect_ops = auth.protect_ops
@@ -78,6 +80,32 @@ class Gate:
         `target` is the raw path and query as received (what a forwarding node signed).
         The caller counts the request in flight (`in_flight`) while it answers it.
         """
+        found = self._admit(
+            method,
+            path,
+            target,
+            authorization=authorization,
+            api_key=api_key,
+            request_id=request_id,
+            hops=hops,
+            signature=signature,
+        )
+        if isinstance(found, Response):  # counted here: no endpoint answers it
+            self._observe("refused", Outcome.ERROR, found.status, 0.0)
+        return found
+
+    def _admit(
+        self,
+        method: str,
+        path: str,
+        target: str,
+        *,
+        authorization: str | None,
+        api_key: str | None,
+        request_id: str | None,
+        hops: str | None,
+        signature: str | None,
+    ) -> Identity | Response:
         rid = accept_request_id(request_id)
         REQUEST_ID.set(rid)
         ops = path in OPS_PATHS

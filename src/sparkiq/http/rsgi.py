@@ -17,7 +17,7 @@ from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
-from sparkiq.http.responses import Outcome, Response
+from sparkiq.http.responses import Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
 
@@ -51,7 +51,6 @@ class RsgiApp:
             signature=headers.get(CLUSTER_HEADER),
         )
         if isinstance(admitted, Response):
-            self.api.metrics.observe("refused", Outcome.ERROR, admitted.status, 0.0)
             _send(proto, admitted)
             return
         gate.in_flight += 1
