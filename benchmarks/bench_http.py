@@ -5,13 +5,23 @@ Measures with wrk (-t1 -c32 -d10s, random keys out of 100k) on 127.0.0.1:
   2. a minimal granian RSGI app, dict lookup       -- benchmarks/refapp.py, the Python floor
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
-and prints req/s, p50/p99, the servers' CPU time per request (from /proc: it moves less
-than req/s when other work shares the cores) and the ratios local/nginx and forwarded/local.
+and prints req/s, p50/p99, the servers' CPU time and context switches per request (from
+/proc: CPU moves less than req/s when other work shares the cores; context switches show how
+often granian's I/O thread and the Python thread handed the GIL to each other) and the
+ratios local/nginx and forwarded/local.
+
+`--pin` runs every server (nginx, the reference app, both nodes) on the last CPU and wrk on
+the others. A node is two busy threads (granian's Rust I/O thread and the Python thread) that
+hand the GIL to each other for every request; on different CPUs each hand-over is a wake-up
+across CPUs, and on a shared 2-core machine the CPU per request then swings by 2x between
+runs. Pinned, the CPU figures are steadier, but a pinned server cannot move away from
+other work on its CPU, so its latency suffers on a shared machine; the default (unpinned) is
+what a node gets unless its operator pins it.
 
 Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the script
 installs them with apt-get when it runs as root and they are missing.
 
-    .venv/bin/python benchmarks/bench_http.py [--duration 10] [--interfaces asgi,rsgi]
+    .venv/bin/python benchmarks/bench_http.py [--duration 10] [--interfaces asgi,rsgi] [--pin]
 
 Every process it starts is stopped by PID. `serve-node` is the internal entry of a node
 process (a sparkiq HTTP server over a StaticView), not for direct use.
@@ -40,6 +50,17 @@ PARTITIONS = 4
 CONNECTIONS = 32
 FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
 BENCH_SECRET = b"bench-secret-" * 4
+# Command prefixes that pin the servers and wrk to CPUs (`--pin`); empty: not pinned.
+SERVER_CPUS: list[str] = []
+WRK_CPUS: list[str] = []
+
+
+def pin(cpus: int) -> None:
+    """Run servers on the last of `cpus` CPUs from now on, and wrk on the others."""
+    if cpus < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    SERVER_CPUS[:] = ["taskset", "-c", str(cpus - 1)]
+    WRK_CPUS[:] = ["taskset", "-c", "0" if cpus == 2 else f"0-{cpus - 2}"]
 
 
 def bearer_header() -> list[str]:
@@ -214,6 +235,7 @@ class Result:
     errors: int
     non2xx: int
     cpu_us: float  # CPU time (user + system) of the measured server processes per request
+    switches: float  # context switches (voluntary + involuntary) of their threads per request
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -223,6 +245,21 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pids: list[int]) -> int:
+    """Context switches so far of all threads of processes `pids`."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                status = (task / "status").read_text()
+            except FileNotFoundError:  # the thread ended
+                continue
+            for line in status.splitlines():
+                if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
+                    total += int(line.split()[-1])
+    return total
 
 
 def run_wrk(
@@ -239,13 +276,25 @@ def run_wrk(
     url = f"http://127.0.0.1:{port}"
     # Warm-up: connections, the OS page cache of the stores, the forwarding pool.
     subprocess.run(
-        ["wrk", "-t1", f"-c{CONNECTIONS}", "-d2s", *(headers or []), "-s", str(script), url],
+        [
+            *WRK_CPUS,
+            "wrk",
+            "-t1",
+            f"-c{CONNECTIONS}",
+            "-d2s",
+            *(headers or []),
+            "-s",
+            str(script),
+            url,
+        ],
         capture_output=True,
         check=True,
     )
     cpu_before = cpu_seconds(pids)
+    switches_before = switches(pids)
     out = subprocess.run(
         [
+            *WRK_CPUS,
             "wrk",
             "-t1",
             f"-c{CONNECTIONS}",
@@ -260,6 +309,7 @@ def run_wrk(
         check=True,
     ).stdout
     cpu = cpu_seconds(pids) - cpu_before
+    switched = switches(pids) - switches_before
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     raw = json.loads(line[len("RESULT ") :])
     rps = raw["requests"] / (raw["duration_us"] / 1e6)
@@ -271,6 +321,7 @@ def run_wrk(
         raw["errors"],
         raw["non2xx"],
         cpu / max(raw["requests"], 1) * 1e6,
+        switched / max(raw["requests"], 1),
     )
 
 
@@ -287,7 +338,9 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
         (work / "nginx.conf").write_text(
             NGINX_CONF % {"dir": work, "port": port, "body": FIXED_BODY}
         )
-        proc = subprocess.Popen(["nginx", "-p", str(work), "-c", str(work / "nginx.conf")])
+        proc = subprocess.Popen(
+            [*SERVER_CPUS, "nginx", "-p", str(work), "-c", str(work / "nginx.conf")]
+        )
         try:
             wait_port(port, proc)
             nginx = run_wrk("nginx fixed body", port, key_prefix, duration, work, [proc.pid])
@@ -296,7 +349,7 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
             stop(proc)
 
         port = free_port()
-        proc = subprocess.Popen([PY, str(HERE / "refapp.py"), "--port", str(port)])
+        proc = subprocess.Popen([*SERVER_CPUS, PY, str(HERE / "refapp.py"), "--port", str(port)])
         try:
             wait_port(port, proc)
             results.append(run_wrk("granian RSGI dict", port, "/k/k", duration, work, [proc.pid]))
@@ -305,7 +358,16 @@ def bench(duration: int, interfaces: list[str]) -> list[Result]:
 
         for interface in interfaces:
             owner_port, fwd_port = free_port(), free_port()
-            node = [PY, __file__, "serve-node", "--state-dir", str(state), "--interface", interface]
+            node = [
+                *SERVER_CPUS,
+                PY,
+                __file__,
+                "serve-node",
+                "--state-dir",
+                str(state),
+                "--interface",
+                interface,
+            ]
             owner = subprocess.Popen([*node, "--port", str(owner_port)])
             forwarder = subprocess.Popen(
                 [*node, "--port", str(fwd_port), "--owner", f"http://127.0.0.1:{owner_port}"]
@@ -334,14 +396,16 @@ def report(results: list[Result], load: tuple[tuple[float, ...], tuple[float, ..
     print(f"\nwrk -t1 -c{CONNECTIONS}, random keys of {KEYS}, 127.0.0.1, {os.cpu_count()} cores")
     before, after = (", ".join(f"{x:.2f}" for x in avg) for avg in load)
     print(f"load average before: {before}; after: {after}")
+    if SERVER_CPUS:
+        print(f"servers pinned to CPU {SERVER_CPUS[-1]}, wrk to CPUs {WRK_CPUS[-1]}")
     print(
         f"{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU us/req':>12}"
-        f"{'errors':>8}{'non-2xx':>9}"
+        f"{'cs/req':>8}{'errors':>8}{'non-2xx':>9}"
     )
     for r in results:
         print(
             f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.cpu_us:>12.1f}"
-            f"{r.errors:>8}{r.non2xx:>9}"
+            f"{r.switches:>8.2f}{r.errors:>8}{r.non2xx:>9}"
         )
     by = {r.name: r for r in results}
     nginx = by["nginx fixed body"]
@@ -376,6 +440,9 @@ def main() -> None:
     node.add_argument("--interface", default="asgi")
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--interfaces", default="asgi,rsgi")
+    parser.add_argument(
+        "--pin", action="store_true", help="servers on the last CPU, wrk on the others"
+    )
     args = parser.parse_args()
     if args.command == "serve-node":
         import uvloop
@@ -383,6 +450,8 @@ def main() -> None:
         uvloop.run(run_node(args.port, args.owner, args.state_dir, args.interface))
         return
     require_tools()
+    if args.pin:
+        pin(os.cpu_count() or 1)
     load_before = os.getloadavg()
     results = bench(args.duration, args.interfaces.split(","))
     report(results, (load_before, os.getloadavg()))
