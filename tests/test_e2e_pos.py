@@ -30,7 +30,7 @@ from sparkiq.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 from sparkiq.pos.oracle import PosOracle, check_notifications
 from tests.e2e_support import read_topic
 
-# Spark starts four queries one by one on two cores: allow more than the suite's default.
+# Spark starts three queries one by one on two cores: allow more than the suite's default.
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(1200)]
 
 PIPELINE_FILE = Path(pos_pipeline.__file__)
