@@ -15,7 +15,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from sparkiq.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
-from sparkiq.spark.source import KafkaStreamReader, SourceOptions, cap_offsets
+from sparkiq.spark.source import (
+    KafkaStreamReader,
+    OffsetRange,
+    SourceOptions,
+    cap_offsets,
+    group_ranges,
+)
 
 pytest_plugins = ["spark_fixtures"]
 
@@ -262,14 +268,44 @@ def test_partitions_missing_from_the_checkpoint_start_at_zero(
     try:
         start = {topic: {"0": 4}}
         end = reader.latestOffset(start, ReadAllAvailable())
-        planned = [(p.partition, p.start, p.end) for p in reader.partitions(start, end)]  # type: ignore[attr-defined]
+        tasks = reader.partitions(start, end)
+        planned = [(r.partition, r.start, r.end) for t in tasks for r in t.ranges]  # type: ignore[attr-defined]
         capped = reader.latestOffset(start, ReadMaxRows(5))
     finally:
         reader.stop()
 
     assert end == {topic: {"0": 6, "1": 6, "2": 6}}
     assert planned == [(0, 4, 6), (1, 0, 6), (2, 0, 6)]
+    assert len(tasks) == 1  # three small ranges, one task
     assert sum(capped[topic].values()) - 4 == 5
+
+
+def test_small_ranges_share_a_task_and_large_ones_get_their_own() -> None:
+    ranges = [
+        OffsetRange("t", 0, 0, 5),
+        OffsetRange("t", 1, 10, 40),  # 30 records: large enough alone
+        OffsetRange("t", 2, 0, 3),
+        OffsetRange("t", 3, 7, 9),
+        OffsetRange("u", 0, 0, 4),
+    ]
+    tasks = group_ranges(ranges, 10)
+    assert [[(r.topic, r.partition) for r in task] for task in tasks] == [
+        [("t", 1)],
+        [("t", 0), ("t", 2), ("t", 3)],  # 5 + 3 + 2 = 10
+        [("u", 0)],
+    ]
+    # One task per Kafka partition, as without grouping.
+    assert [len(task) for task in group_ranges(ranges, 1)] == [1] * 5
+    assert group_ranges([], 10) == []
+
+
+def test_the_records_per_task_option_must_be_a_positive_number() -> None:
+    base = {"bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    assert SourceOptions.parse(base).min_records_per_task == 10_000
+    assert SourceOptions.parse({**base, "minRecordsPerTask": "1"}).min_records_per_task == 1
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(ConfigError, match="minRecordsPerTask"):
+            SourceOptions.parse({**base, "minRecordsPerTask": bad})
 
 
 def test_latest_start_and_json_must_name_every_partition(
