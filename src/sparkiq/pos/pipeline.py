@@ -195,33 +195,53 @@ def _customer_updates(
     """
     import pandas as pd  # type: ignore[import-untyped]
 
-    frame = pd.concat(list(batches), ignore_index=True)
-    frame = frame.sort_values(["CreatedTime", "InvoiceNumber"], kind="stable")
-    total, latest_time, latest_number = state.get if state.exists else (0, None, None)
-    out = []
-    prime = frame[frame["CustomerType"] == "PRIME"]
-    if len(prime):
-        totals = prime["PointsEarned"].cumsum() + int(total)
-        total = int(totals.iloc[-1])
-        notes = prime[["CustomerCardNo", "InvoiceNumber", "CreatedTime", "PointsEarned"]].copy()
-        notes["TotalPoints"] = totals.to_numpy()
-        notes["Kind"] = NOTIFICATION
-        out.append(notes)
-        out.append(
-            pd.DataFrame({"CustomerCardNo": key[:1], "TotalPoints": [total], "Kind": REWARD})
-        )
-    newest = frame.iloc[-1]
-    order = (int(newest["CreatedTime"]), str(newest["InvoiceNumber"]))
-    if latest_time is None or order > (int(latest_time), str(latest_number)):
-        latest_time, latest_number = order
-        out.append(
-            pd.DataFrame(
-                {"CustomerCardNo": key[:1], "Invoice": [newest["Invoice"]], "Kind": LATEST}
+    # Plain Python over the group's few rows: each pandas operation costs more than the
+    # whole loop here, and Spark calls this once per customer per micro-batch.
+    rows: list[tuple[int, str, str, int, str]] = []
+    for part in batches:
+        rows.extend(
+            zip(
+                part["CreatedTime"].tolist(),
+                part["InvoiceNumber"].tolist(),
+                part["CustomerType"].tolist(),
+                part["PointsEarned"].tolist(),
+                part["Invoice"].tolist(),
+                strict=True,
             )
         )
-    state.update((total, latest_time, latest_number))
-    if out:
-        yield pd.concat(out, ignore_index=True).reindex(columns=CUSTOMER_UPDATE_COLUMNS)
+    if not rows:
+        return
+    rows.sort(key=lambda row: (row[0], row[1]))
+    customer = key[0]
+    total, latest_time, latest_number = state.get if state.exists else (0, None, None)
+    out: dict[str, list[Any]] = {column: [] for column in CUSTOMER_UPDATE_COLUMNS}
+
+    def emit(kind: str, **values: Any) -> None:
+        for column in CUSTOMER_UPDATE_COLUMNS:
+            out[column].append(kind if column == "Kind" else values.get(column))
+
+    earned = False
+    for created, number, kind, points, _invoice in rows:
+        if kind == "PRIME":
+            total = int(total) + int(points)
+            earned = True
+            emit(
+                NOTIFICATION,
+                CustomerCardNo=customer,
+                InvoiceNumber=number,
+                CreatedTime=int(created),
+                PointsEarned=int(points),
+                TotalPoints=total,
+            )
+    if earned:
+        emit(REWARD, CustomerCardNo=customer, TotalPoints=total)
+    created, number, _kind, _points, invoice = rows[-1]
+    if latest_time is None or (int(created), str(number)) > (int(latest_time), latest_number):
+        latest_time, latest_number = int(created), str(number)
+        emit(LATEST, CustomerCardNo=customer, Invoice=invoice)
+    state.update((int(total), latest_time, latest_number))
+    if out["Kind"]:
+        yield pd.DataFrame(out)
 
 
 def pipeline(ctx: PipelineContext) -> None:
