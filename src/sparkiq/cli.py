@@ -623,9 +623,12 @@ def _key_value(
 @click.option(
     "--shuffle-partitions",
     type=click.IntRange(min=1),
-    default=2,
+    default=1,
     show_default=True,
-    help="spark.sql.shuffle.partitions for the pipeline's stateful operators.",
+    help="spark.sql.shuffle.partitions: tasks (and state store partitions) per micro-batch "
+    "of each stateful operator. Each costs a round trip to a Python worker and a state "
+    "commit per batch, so 1 keeps batches short on a small machine; raise it for more "
+    "parallel work per batch. A query keeps the count its checkpoint started with.",
 )
 @click.option(
     "--param",

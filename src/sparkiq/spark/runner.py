@@ -50,7 +50,7 @@ class RunSettings:
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
-    shuffle_partitions: int = 2
+    shuffle_partitions: int = 1
     params: Mapping[str, str] = field(default_factory=dict)
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     status_file: Path | None = None
