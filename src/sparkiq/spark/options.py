@@ -42,3 +42,15 @@ def milliseconds_as_s(opts: Mapping[str, str], name: str, default_ms: int) -> fl
         return float(opts.get(name.lower(), str(default_ms))) / 1000.0
     except ValueError as exc:
         raise ConfigError(f"{name} must be a number of milliseconds") from exc
+
+
+def positive_int(opts: Mapping[str, str], name: str, default: int, hint: str = "") -> int:
+    """The option *name* (lower-cased) as an integer of at least 1; *hint* explains it."""
+    raw = opts.get(name.lower(), str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{name} must be a positive integer{hint}, got {raw!r}")
+    return value

@@ -65,6 +65,7 @@ from sparkiq.spark.options import (
     librdkafka_settings,
     lower_keys,
     milliseconds_as_s,
+    positive_int,
 )
 
 HEADER_TYPE = StructType(
@@ -127,26 +128,14 @@ class SourceOptions:
             _parse_offsets_json(starting)  # fail at query start, not at the first batch
         max_per_trigger: int | None = None
         if "maxoffsetspertrigger" in opts:
-            try:
-                max_per_trigger = int(opts["maxoffsetspertrigger"])
-            except ValueError:
-                max_per_trigger = 0
-            if max_per_trigger < 1:
-                raise ConfigError(
-                    f"maxOffsetsPerTrigger must be a positive integer, got "
-                    f"{opts['maxoffsetspertrigger']!r}"
-                )
+            max_per_trigger = positive_int(opts, "maxOffsetsPerTrigger", 0)
         poll_timeout_s = milliseconds_as_s(opts, "pollTimeoutMs", 60_000)
-        raw_min = opts.get("minrecordspertask", str(DEFAULT_MIN_RECORDS_PER_TASK))
-        try:
-            min_records_per_task = int(raw_min)
-        except ValueError:
-            min_records_per_task = 0
-        if min_records_per_task < 1:
-            raise ConfigError(
-                "minRecordsPerTask must be a positive integer (1 = a task per Kafka "
-                f"partition), got {raw_min!r}"
-            )
+        min_records_per_task = positive_int(
+            opts,
+            "minRecordsPerTask",
+            DEFAULT_MIN_RECORDS_PER_TASK,
+            " (1 = a task per Kafka partition)",
+        )
         return cls(
             bootstrap_servers=bootstrap,
             topics=topics,
