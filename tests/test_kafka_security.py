@@ -566,17 +566,22 @@ def test_group_member_logs_in_with_the_settings(scram_broker: str) -> None:
     assert "hunter2" not in message
 
 
-def test_serving_node_with_explicit_plaintext_becomes_ready(
-    broker: DevBroker, tmp_path: Path
-) -> None:
-    node = NodeProcess(
+def _node(broker: DevBroker, tmp_path: Path, *kafka_args: str) -> NodeProcess:
+    """A started `sparkiq serve` process with *kafka_args*, logging to tmp_path/node.log."""
+    return NodeProcess(
         port=free_port(),
         state_dir=tmp_path / "state",
         bootstrap_servers=broker.bootstrap_servers,
         app="sparkiq-sec-node",
         log_path=tmp_path / "node.log",
-        extra_args=("--kafka-property", "security.protocol=PLAINTEXT"),
+        extra_args=kafka_args,
     ).start()
+
+
+def test_serving_node_with_explicit_plaintext_becomes_ready(
+    broker: DevBroker, tmp_path: Path
+) -> None:
+    node = _node(broker, tmp_path, "--kafka-property", "security.protocol=PLAINTEXT")
     try:
         deadline = time.monotonic() + 60
         while not node.is_ready():
@@ -590,20 +595,15 @@ def test_serving_node_with_explicit_plaintext_becomes_ready(
 def test_serving_node_with_unusable_settings_exits_at_start(
     broker: DevBroker, tmp_path: Path
 ) -> None:
-    node = NodeProcess(
-        port=free_port(),
-        state_dir=tmp_path / "state",
-        bootstrap_servers=broker.bootstrap_servers,
-        app="sparkiq-sec-node",
-        log_path=tmp_path / "node.log",
-        extra_args=(
-            "--kafka-property",
-            "security.protocol=SASL_PLAINTEXT",
-            "--kafka-property",
-            # librdkafka can (so the CLI's check passes); the group member cannot.
-            "sasl.mechanism=OAUTHBEARER",
-        ),
-    ).start()
+    node = _node(
+        broker,
+        tmp_path,
+        "--kafka-property",
+        "security.protocol=SASL_PLAINTEXT",
+        "--kafka-property",
+        # librdkafka can (so the CLI's check passes); the group member cannot.
+        "sasl.mechanism=OAUTHBEARER",
+    )
     try:
         assert node.proc is not None
         assert node.proc.wait(timeout=60) == 2
