@@ -1,27 +1,31 @@
 """HTTP benchmark of the serving layer against its references, in one run.
 
-Measures with wrk (-t1 -c32 -d10s, random keys out of 100k) on 127.0.0.1:
+Measures with wrk (-t1 -c32, random keys out of 100k) on 127.0.0.1:
   1. nginx returning a fixed JSON body             -- the machine's HTTP ceiling
   2. a minimal granian RSGI app, dict lookup       -- benchmarks/refapp.py, the Python floor
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
-and prints req/s, p50/p99, the servers' CPU time and context switches per request (from
-/proc: CPU moves less than req/s when other work shares the cores; context switches show how
-often granian's I/O thread and the Python thread handed the GIL to each other) and the
-ratios local/nginx and forwarded/local.
+for each node interface asked for (`loop`: sparkiq's own server on the node's loop, the
+default; `asgi`/`rsgi`: granian; `asgi-jwt`: with a bearer token on every request). Every
+server is started once and measured `--rounds` times in turn: this machine's speed drifts
+within minutes, so ratios are taken within a round and their median reported. It prints
+req/s, p50/p99, the servers' CPU time and context switches per request (from /proc: CPU
+moves less than req/s when other work shares the cores; context switches show how often
+granian's I/O thread and the Python thread handed the GIL to each other) and the ratios
+local/nginx and forwarded/local.
 
 `--pin` runs every server (nginx, the reference app, both nodes) on the last CPU and wrk on
-the others. A node is two busy threads (granian's Rust I/O thread and the Python thread) that
-hand the GIL to each other for every request; on different CPUs each hand-over is a wake-up
-across CPUs, and on a shared 2-core machine the CPU per request then swings by 2x between
-runs. Pinned, the CPU figures are steadier, but a pinned server cannot move away from
-other work on its CPU, so its latency suffers on a shared machine; the default (unpinned) is
-what a node gets unless its operator pins it.
+the others. A granian node is two busy threads (its Rust I/O thread and the Python thread)
+that hand the GIL to each other for every request; on different CPUs each hand-over is a
+wake-up across CPUs. Pinned, the CPU figures are steadier, but a pinned server cannot move
+away from other work on its CPU, so its latency suffers on a shared machine; the default
+(unpinned) is what a node gets unless its operator pins it.
 
 Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the script
 installs them with apt-get when it runs as root and they are missing.
 
-    .venv/bin/python benchmarks/bench_http.py [--duration 10] [--interfaces asgi,rsgi] [--pin]
+    .venv/bin/python benchmarks/bench_http.py [--duration 5] [--rounds 3]
+        [--interfaces loop,asgi] [--pin]
 
 Every process it starts is stopped by PID. `serve-node` is the internal entry of a node
 process (a sparkiq HTTP server over a StaticView), not for direct use.
@@ -42,6 +46,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -325,107 +330,144 @@ def run_wrk(
     )
 
 
-def bench(duration: int, interfaces: list[str]) -> list[Result]:
-    results: list[Result] = []
+@dataclass
+class Server:
+    name: str  # the result's name
+    port: int
+    prefix: str  # path prefix of the random keys
+    pids: list[int]  # whose CPU time counts
+    headers: list[str] | None = None
+
+
+def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result]]:
+    """Start every server once, then measure each in turn, `rounds` times over.
+
+    The machine's speed drifts within minutes (other tenants); measuring every server once
+    per round and comparing within rounds keeps the ratios fair.
+    """
     key_prefix = "/v1/tables/bench/keys/k"
+    procs: list[subprocess.Popen[bytes]] = []
+    servers: list[Server] = []
     with tempfile.TemporaryDirectory(prefix="sparkiq-bench-") as tmp:
         work = Path(tmp)
         state = work / "state"
         print("building 100k keys in RocksDB ...", flush=True)
         build_stores(state)
-
-        port = free_port()
-        (work / "nginx.conf").write_text(
-            NGINX_CONF % {"dir": work, "port": port, "body": FIXED_BODY}
-        )
-        proc = subprocess.Popen(
-            [*SERVER_CPUS, "nginx", "-p", str(work), "-c", str(work / "nginx.conf")]
-        )
         try:
-            wait_port(port, proc)
-            nginx = run_wrk("nginx fixed body", port, key_prefix, duration, work, [proc.pid])
-            results.append(nginx)
-        finally:
-            stop(proc)
-
-        port = free_port()
-        proc = subprocess.Popen([*SERVER_CPUS, PY, str(HERE / "refapp.py"), "--port", str(port)])
-        try:
-            wait_port(port, proc)
-            results.append(run_wrk("granian RSGI dict", port, "/k/k", duration, work, [proc.pid]))
-        finally:
-            stop(proc)
-
-        for interface in interfaces:
-            owner_port, fwd_port = free_port(), free_port()
-            node = [
-                *SERVER_CPUS,
-                PY,
-                __file__,
-                "serve-node",
-                "--state-dir",
-                str(state),
-                "--interface",
-                interface,
-            ]
-            owner = subprocess.Popen([*node, "--port", str(owner_port)])
-            forwarder = subprocess.Popen(
-                [*node, "--port", str(fwd_port), "--owner", f"http://127.0.0.1:{owner_port}"]
+            port = free_port()
+            (work / "nginx.conf").write_text(
+                NGINX_CONF % {"dir": work, "port": port, "body": FIXED_BODY}
             )
-            headers = bearer_header() if interface.endswith("-jwt") else None
-            try:
+            proc = subprocess.Popen(
+                [*SERVER_CPUS, "nginx", "-p", str(work), "-c", str(work / "nginx.conf")]
+            )
+            procs.append(proc)
+            wait_port(port, proc)
+            servers.append(Server("nginx fixed body", port, key_prefix, [proc.pid]))
+
+            port = free_port()
+            proc = subprocess.Popen(
+                [*SERVER_CPUS, PY, str(HERE / "refapp.py"), "--port", str(port)]
+            )
+            procs.append(proc)
+            wait_port(port, proc)
+            servers.append(Server("granian RSGI dict", port, "/k/k", [proc.pid]))
+
+            for interface in interfaces:
+                owner_port, fwd_port = free_port(), free_port()
+                node = [
+                    *SERVER_CPUS,
+                    PY,
+                    __file__,
+                    "serve-node",
+                    "--state-dir",
+                    str(state),
+                    "--interface",
+                    interface,
+                ]
+                owner = subprocess.Popen([*node, "--port", str(owner_port)])
+                procs.append(owner)
+                forwarder = subprocess.Popen(
+                    [*node, "--port", str(fwd_port), "--owner", f"http://127.0.0.1:{owner_port}"]
+                )
+                procs.append(forwarder)
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
-                local = f"sparkiq local {interface}"
-                results.append(
-                    run_wrk(local, owner_port, key_prefix, duration, work, [owner.pid], headers)
+                headers = bearer_header() if interface.endswith("-jwt") else None
+                servers.append(
+                    Server(
+                        f"sparkiq local {interface}", owner_port, key_prefix, [owner.pid], headers
+                    )
                 )
                 # CPU of both nodes: the forwarder's work plus the owner's answer.
-                both = [forwarder.pid, owner.pid]
-                forwarded = f"sparkiq forwarded {interface}"
-                results.append(
-                    run_wrk(forwarded, fwd_port, key_prefix, duration, work, both, headers)
+                servers.append(
+                    Server(
+                        f"sparkiq forwarded {interface}",
+                        fwd_port,
+                        key_prefix,
+                        [forwarder.pid, owner.pid],
+                        headers,
+                    )
                 )
-            finally:
-                stop(forwarder)
-                stop(owner)
-    return results
+            out: list[list[Result]] = []
+            for n in range(rounds):
+                print(f"round {n + 1} of {rounds} ...", flush=True)
+                out.append(
+                    [
+                        run_wrk(s.name, s.port, s.prefix, duration, work, s.pids, s.headers)
+                        for s in servers
+                    ]
+                )
+        finally:
+            for proc in reversed(procs):
+                stop(proc)
+    return out
 
 
-def report(results: list[Result], load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
+def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
     print(f"\nwrk -t1 -c{CONNECTIONS}, random keys of {KEYS}, 127.0.0.1, {os.cpu_count()} cores")
     before, after = (", ".join(f"{x:.2f}" for x in avg) for avg in load)
     print(f"load average before: {before}; after: {after}")
     if SERVER_CPUS:
         print(f"servers pinned to CPU {SERVER_CPUS[-1]}, wrk to CPUs {WRK_CPUS[-1]}")
-    print(
-        f"{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU us/req':>12}"
-        f"{'cs/req':>8}{'errors':>8}{'non-2xx':>9}"
-    )
-    for r in results:
+    for n, results in enumerate(rounds, 1):
         print(
-            f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.cpu_us:>12.1f}"
-            f"{r.switches:>8.2f}{r.errors:>8}{r.non2xx:>9}"
+            f"\nround {n}\n{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
+            f"{'CPU us/req':>12}{'cs/req':>8}{'errors':>8}{'non-2xx':>9}"
         )
-    by = {r.name: r for r in results}
-    nginx = by["nginx fixed body"]
-    raw = by["granian RSGI dict"]
-    for r in results:
-        if r.name.startswith("sparkiq local"):
-            interface = r.name.rsplit(" ", 1)[1]
+        for r in results:
+            print(
+                f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.cpu_us:>12.1f}"
+                f"{r.switches:>8.2f}{r.errors:>8}{r.non2xx:>9}"
+            )
+    interfaces = [r.name.rsplit(" ", 1)[1] for r in rounds[0] if r.name.startswith("sparkiq local")]
+    print()
+    for interface in interfaces:
+        local_nginx, fwd_local, p99s, local_raw = [], [], [], []
+        for results in rounds:
+            by = {r.name: r for r in results}
+            local = by[f"sparkiq local {interface}"]
             fwd = by[f"sparkiq forwarded {interface}"]
-            ok_local = r.rps >= nginx.rps / 3 and r.p99_ms < 3
-            ok_fwd = fwd.rps >= r.rps / 2
-            print(
-                f"[{interface}] local/nginx = {r.rps / nginx.rps:.2f} (goal >= 0.33, p99 < 3 ms:"
-                f" {'met' if ok_local else 'NOT met'}); forwarded/local = "
-                f"{fwd.rps / r.rps:.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'})"
-            )
-            print(
-                f"[{interface}] local/raw granian app = {r.rps / raw.rps:.2f}; CPU per request:"
-                f" local {r.cpu_us:.0f} us (raw app {raw.cpu_us:.0f} us, nginx"
-                f" {nginx.cpu_us:.0f} us), forwarded {fwd.cpu_us:.0f} us over both nodes"
-            )
+            local_nginx.append(local.rps / by["nginx fixed body"].rps)
+            local_raw.append(local.rps / by["granian RSGI dict"].rps)
+            fwd_local.append(fwd.rps / local.rps)
+            p99s.append(local.p99_ms)
+        ok_local = median(local_nginx) >= 1 / 3 and median(p99s) < 3
+        ok_fwd = median(fwd_local) >= 0.5
+        print(
+            f"[{interface}] local/nginx per round {_list(local_nginx)}, median"
+            f" {median(local_nginx):.2f}; local p99 median {median(p99s):.2f} ms (goal >= 0.33"
+            f" with p99 < 3 ms: {'met' if ok_local else 'NOT met'})"
+        )
+        print(
+            f"[{interface}] forwarded/local per round {_list(fwd_local)}, median"
+            f" {median(fwd_local):.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'});"
+            f" local/raw granian app median {median(local_raw):.2f}"
+        )
+
+
+def _list(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def main() -> None:
@@ -438,8 +480,11 @@ def main() -> None:
     node.add_argument("--owner", default=None)
     node.add_argument("--state-dir", required=True)
     node.add_argument("--interface", default="asgi")
-    parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--interfaces", default="asgi,rsgi")
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--interfaces", default="loop,asgi")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="measure every server this many times, in turn"
+    )
     parser.add_argument(
         "--pin", action="store_true", help="servers on the last CPU, wrk on the others"
     )
@@ -453,8 +498,10 @@ def main() -> None:
     if args.pin:
         pin(os.cpu_count() or 1)
     load_before = os.getloadavg()
-    results = bench(args.duration, args.interfaces.split(","))
-    report(results, (load_before, os.getloadavg()))
+    if args.rounds < 1 or args.duration < 1:
+        raise SystemExit("--rounds and --duration must be >= 1")
+    rounds = bench(args.duration, args.interfaces.split(","), args.rounds)
+    report(rounds, (load_before, os.getloadavg()))
 
 
 if __name__ == "__main__":

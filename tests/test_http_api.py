@@ -156,6 +156,7 @@ async def test_unexpected_exception_is_500_in_the_error_shape(
         raise RuntimeError("boom")
 
     monkeypatch.setattr(view, "placement", broken)
+    monkeypatch.setattr(view, "local_active", broken)
     message = assert_error(await client.get("/v1/tables/users/keys/user-01"), 500, "internal")
     assert "boom" not in message  # details go to the log, not to the caller
 

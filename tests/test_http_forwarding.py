@@ -1,4 +1,4 @@
-"""Forwarding between real servers on loopback: embedded granian in the test's loop."""
+"""Forwarding between real servers on loopback: each server in the test's loop."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ async def start(
     view: StaticView,
     port: int,
     settings: HttpSettings = FAST,
-    interface: Interface = Interface.ASGI,
+    interface: Interface = Interface.LOOP,
 ) -> HttpServer:
     server = HttpServer(view, "127.0.0.1", port, settings, interface=interface)
     await stack.enter_async_context(server)
@@ -54,7 +54,7 @@ def split_owners(a: StaticView, b: StaticView) -> dict[int, str]:
     return owners
 
 
-@pytest.mark.parametrize("interface", [Interface.ASGI, Interface.RSGI])
+@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
 async def test_forwarded_read_is_the_owners_answer(
     stack: AsyncExitStack, interface: Interface
 ) -> None:

@@ -68,7 +68,7 @@ class Pair:
         b_auth: AuthConfig,
         *,
         settings: HttpSettings = FAST,
-        interface: Interface = Interface.ASGI,
+        interface: Interface = Interface.LOOP,
         b_metrics: HttpMetrics | None = None,
     ) -> None:
         for view, auth, metrics in ((self.a, a_auth, None), (self.b, b_auth, b_metrics)):
@@ -83,7 +83,7 @@ def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-@pytest.mark.parametrize("interface", [Interface.ASGI, Interface.RSGI])
+@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
 async def test_no_bad_or_expired_token_is_401_everywhere(
     stack: AsyncExitStack, tmp_path: Path, interface: Interface
 ) -> None:

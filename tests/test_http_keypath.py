@@ -251,6 +251,7 @@ async def test_unexpected_error_is_500_in_the_error_shape(
         raise RuntimeError("boom")
 
     monkeypatch.setattr(view, "placement", broken)
+    monkeypatch.setattr(view, "local_active", broken)
     r = await client.get("/v1/tables/users/keys/user-01")
     assert r.status_code == 500
     assert r.json()["error"]["code"] == "internal"
@@ -281,7 +282,7 @@ async def serve(
     return server
 
 
-@pytest.mark.parametrize("interface", [Interface.ASGI, Interface.RSGI])
+@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
 async def test_forwarded_answer_is_the_owners_bytes(
     stack: AsyncExitStack, interface: Interface
 ) -> None:
@@ -316,7 +317,7 @@ async def test_key_with_slash_over_asgi(stack: AsyncExitStack) -> None:
         assert r.json()["error"]["code"] == "no_route"
 
 
-@pytest.mark.parametrize("interface", [Interface.ASGI, Interface.RSGI])
+@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
 async def test_owner_that_never_answers_is_503_within_the_budget(
     stack: AsyncExitStack, interface: Interface
 ) -> None:

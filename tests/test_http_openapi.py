@@ -31,7 +31,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -155,6 +155,17 @@ class InProcessForwarder:
         if "retry-after" in r.headers:
             out = (*JSON_HEADERS, ("retry-after", r.headers["retry-after"]))
         return Response(r.status_code, r.content, out)
+
+    def send_now(
+        self,
+        base_url: str,
+        target: str,
+        *,
+        hops: int,
+        budget_s: float,
+        on_answer: Callable[[Response | Unreachable | None], None],
+    ) -> bool:
+        return False  # always the coroutine path (`send`)
 
     async def close(self) -> None:
         pass

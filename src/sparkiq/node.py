@@ -161,6 +161,14 @@ class Node:
     def store(self, tp: TopicPartition) -> PartitionStore | None:
         return self.restorer.store(tp)
 
+    def local_active(self, tp: TopicPartition) -> tuple[PartitionStore, int | None] | None:
+        # placement(tp).is_local_active, without building the Placement: ACTIVE is ready.
+        status = self.restorer.status(tp)
+        if status is None or status.state is not ReplicaState.ACTIVE:
+            return None
+        store = self.restorer.store(tp)
+        return None if store is None else (store, status.position)
+
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded
 

@@ -21,7 +21,7 @@ from typing import Protocol
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.errors import FormatError
 from sparkiq.http import failover, fanout
-from sparkiq.http.forward import Forwarder
+from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
 from sparkiq.http.keypath import KeyPath, read_key
 from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
@@ -302,14 +302,16 @@ class HttpApi:
         call: Call,
         read: Callable[[LocalReplica], Answer],
         found: LocalReplica | str | Failure | None = None,
+        asked: Response | Unreachable | None = None,
     ) -> Answer:
         """A single-partition GET: `read` a local replica, or the owner's answer as it is.
 
         Waits (within the call's budget) while no replica can answer; when the active cannot
         answer, a standby within the call's lag bound does (`failover.answer_single`).
-        `found` is what `locator.resolve` just said for `tp`, if the caller asked already.
+        `found` is what `locator.resolve` just said for `tp`, if the caller asked already;
+        `asked` what the active it named answered, if the caller asked it once already.
         """
-        return await failover.answer_single(self, tp, call, read, found)
+        return await failover.answer_single(self, tp, call, read, found, asked)
 
     # -- windows of one key ------------------------------------------------------------------
 

@@ -43,8 +43,10 @@ async def answer_single(
     call: Call,
     read: Read,
     found: LocalReplica | str | Failure | None = None,
+    asked: Response | Unreachable | None = None,
 ) -> Answer:
-    """Answer a read of `tp`; `found` is what `locator.resolve` just said, if asked already."""
+    """Answer a read of `tp`; `found` is what `locator.resolve` just said, if asked already,
+    and `asked` what the active `found` names answered when it was asked once already."""
     if call.fallback_lag is not None:
         return answer_as_stand_in(api, tp, call.fallback_lag, read)
     locator = api.locator
@@ -56,9 +58,13 @@ async def answer_single(
         if isinstance(found, LocalReplica):
             return read(found)
         if isinstance(found, str):
-            answer = await locator.ask(
-                found, "GET", call.target, None, call, settings.active_timeout_s
-            )
+            answer: Response | Failure | Unreachable
+            if asked is not None:  # the caller asked the active already
+                answer, asked = asked, None
+            else:
+                answer = await locator.ask(
+                    found, "GET", call.target, None, call, settings.active_timeout_s
+                )
             if isinstance(answer, Failure) or (
                 isinstance(answer, Response) and answer.status == 508
             ):

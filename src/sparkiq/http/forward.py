@@ -10,6 +10,7 @@ can wait for the cluster map to change and try again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +39,23 @@ class Forwarder(Protocol):
         budget_s: float,
     ) -> Response | Unreachable:
         """Ask `base_url + target` (path and query); `hops` is this request's hop count."""
+        ...
+
+    def send_now(
+        self,
+        base_url: str,
+        target: str,
+        *,
+        hops: int,
+        budget_s: float,
+        on_answer: Callable[[Response | Unreachable | None], None],
+    ) -> bool:
+        """Start a GET like `send` without a coroutine, if it can start at once.
+
+        False: it cannot (e.g. no idle connection); use `send`. True: `on_answer` is called
+        once, with the answer, an `Unreachable`, or None when the attempt failed before
+        anything was sent or received (try `send`, which retries such failures itself).
+        """
         ...
 
     async def close(self) -> None: ...

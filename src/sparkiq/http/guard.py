@@ -26,7 +26,12 @@ from contextvars import ContextVar
 from sparkiq.auth import AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
+from sparkiq.http.requestid import (
+    REQUEST_ID,
+    REQUEST_ID_HEADER,
+    accept_request_id,
+    new_request_id,
+)
 from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
 from sparkiq.http.settings import HttpSettings
 
@@ -80,54 +85,29 @@ class Gate:
         `target` is the raw path and query as received (what a forwarding node signed).
         The caller counts the request in flight (`in_flight`) while it answers it.
         """
-        found = self._admit(
-            method,
-            path,
-            target,
-            authorization=authorization,
-            api_key=api_key,
-            request_id=request_id,
-            hops=hops,
-            signature=signature,
-        )
-        if isinstance(found, Response):  # counted here: no endpoint answers it
-            self._observe("refused", Outcome.ERROR, found.status, 0.0)
-        return found
-
-    def _admit(
-        self,
-        method: str,
-        path: str,
-        target: str,
-        *,
-        authorization: str | None,
-        api_key: str | None,
-        request_id: str | None,
-        hops: str | None,
-        signature: str | None,
-    ) -> Identity | Response:
-        rid = accept_request_id(request_id)
+        rid = new_request_id() if request_id is None else accept_request_id(request_id)
         REQUEST_ID.set(rid)
         ops = path in OPS_PATHS
         if not ops and self.in_flight >= self.max_in_flight:
-            return self._busy
+            return self._refuse(self._busy)
         if (
             hops is not None
             and self.cluster is not None
             and not self.cluster.verify(signature, method, target, hops)
         ):
-            return error_response(
-                403,
-                NOT_A_NODE,
-                "forwarding headers are accepted only from nodes of this cluster "
-                "(the cluster signature is missing or wrong)",
+            return self._refuse(
+                error_response(
+                    403,
+                    NOT_A_NODE,
+                    "forwarding headers are accepted only from nodes of this cluster "
+                    "(the cluster signature is missing or wrong)",
+                )
             )
-        authenticator = self.authenticator
         if ops and not self.protect_ops:
             return _OPS
-        found = authenticator.authenticate(authorization, api_key)
+        found = self.authenticator.authenticate(authorization, api_key)
         if isinstance(found, str):
-            return error_response(401, UNAUTHENTICATED, found, _CHALLENGE)
+            return self._refuse(error_response(401, UNAUTHENTICATED, found, _CHALLENGE))
         # The caller's credentials go with any forward, checked or not here (a node without
         # authentication still must not open an owner that has it).
         lines = f"{REQUEST_ID_HEADER}: {rid}\r\n"
@@ -137,6 +117,11 @@ class Gate:
             lines += f"authorization: {authorization}\r\n"
         FORWARD_HEADERS.set(lines)
         return found
+
+    def _refuse(self, response: Response) -> Response:
+        """Count a refusal here: no endpoint answers it."""
+        self._observe("refused", Outcome.ERROR, response.status, 0.0)
+        return response
 
 
 def _single_line(value: str) -> bool:

@@ -20,13 +20,16 @@ same bytes either way: tests/test_http_keypath.py checks each case against the g
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
 
 from sparkiq.auth import EVERYONE, Identity
+from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import Call, LocalReplica, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
@@ -40,8 +43,23 @@ if TYPE_CHECKING:
     from sparkiq.http.api import HttpApi
 
 PREFIX = b"/v1/tables/"
+# What `read_key` renders for a key of an active replica, as a template: the same bytes
+# (tests/test_http_keypath.py compares them), without building and dumping a dict.
+_ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":false}'
 _KEYS = b"keys/"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
+
+
+def _settle(out: asyncio.Future[Response], task: asyncio.Task[Response]) -> None:
+    """Pass a task's result (or error) on to `out`, unless `out` is settled already."""
+    if out.done():
+        return
+    if task.cancelled():
+        out.cancel()
+    elif (exc := task.exception()) is not None:
+        out.set_exception(exc)
+    else:
+        out.set_result(task.result())
 
 
 def read_key(
@@ -80,6 +98,18 @@ def read_key(
     return Response(200, body), outcome
 
 
+@dataclass(slots=True)
+class Pending:
+    """A single-key GET that needs the owner or a replica that is not ready here yet."""
+
+    path: bytes
+    started: float  # perf_counter() when the key path took the request
+    tp: TopicPartition
+    call: Call
+    read: Callable[[LocalReplica], Answer]
+    found: str | Failure  # what `Locator.resolve` said: the owner's URL, or why none
+
+
 @dataclass(frozen=True, slots=True)
 class _Table:
     """What the hot path needs of one table, worked out once per definition."""
@@ -87,6 +117,7 @@ class _Table:
     table: TableDef
     codecs: tuple[KeyCodec, ValueCodec]
     tps: tuple[TopicPartition, ...]  # by partition number
+    name_json: bytes  # the table's name as JSON
     # String keys: the UTF-8 of the path text is both the wire form and the store key, so
     # an ASCII segment without '%' is used as it arrives.
     text_is_wire: bool
@@ -102,7 +133,9 @@ class KeyPath:
         self._observe = api.metrics.observe
         self._resolve = api.locator.resolve
         self._max_key = api.settings.max_key_bytes
+        self._forwarder = api.forwarder
         self._tables: dict[bytes, _Table] = {}
+        self._node_json = orjson.dumps(api.view.url)
 
     async def answer(
         self,
@@ -116,6 +149,24 @@ class KeyPath:
         `hops` and `budget` are the x-sparkiq-hops and x-sparkiq-budget-ms header values;
         `identity` the caller the gate admitted. A table it may not read is declined (the
         generic path answers the 403).
+        """
+        found = self.answer_now(path, hops, budget, identity)
+        if isinstance(found, Pending):
+            return await self.finish(found)
+        return found
+
+    def answer_now(
+        self,
+        path: bytes,
+        hops: str | bytes | None,
+        budget: str | bytes | None,
+        identity: Identity = EVERYONE,
+    ) -> Response | Pending | None:
+        """`answer` without awaiting: the answer, None to decline, or a `Pending` to `finish`.
+
+        A local read is answered here, synchronously; a server that runs on the node's
+        loop (`sparkiq.http.loopserver`) then needs no task for the request. `Pending` is
+        the rest: a forward to the owner or a wait for a replica.
         """
         if not path.startswith(PREFIX):
             return None
@@ -157,17 +208,37 @@ class KeyPath:
                 store_key = entry.codecs[0].wire_to_store(wire)
             partition = partition_for(wire, table.partitions)
             tp = entry.tps[partition]
+            local = view.local_active(tp)
+            if local is not None:  # the common case: this node's active replica
+                store, offset = local
+                value = store.get(store_key)
+                if value is not None:
+                    response = Response(
+                        200,
+                        _ANSWER
+                        % (
+                            entry.name_json,
+                            # A string key renders as its text.
+                            orjson.dumps(
+                                key_text if entry.text_is_wire else entry.codecs[0].render(wire)
+                            ),
+                            entry.codecs[1].render_json(value),
+                            partition,
+                            b"null" if offset is None else b"%d" % offset,
+                            self._node_json,
+                        ),
+                    )
+                    self._observe("key", Outcome.LOCAL, 200, time.perf_counter() - started)
+                    return response
             found = self._resolve(tp, None)
             node = view.url
-            if isinstance(found, LocalReplica):
-                answer = read_key(
-                    table, entry.codecs, key_text, wire, store_key, partition, found, node
-                )
-            else:  # forward, or wait: the loop every single-partition read goes through
+            if not isinstance(found, LocalReplica):  # forward, or wait
                 if call is None:
                     call = new_call(self._settings, None, None, path.decode("latin-1"))
                 assert isinstance(call, Call)  # a Failure declined above; no headers cannot fail
-                answer = await self._api.answer_from_replica(
+                return Pending(
+                    path,
+                    started,
                     tp,
                     call,
                     lambda replica: read_key(
@@ -175,11 +246,62 @@ class KeyPath:
                     ),
                     found,
                 )
-            response, outcome = answer
+            response, outcome = read_key(
+                table, entry.codecs, key_text, wire, store_key, partition, found, node
+            )
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
         self._observe("key", outcome, response.status, time.perf_counter() - started)
         return response
+
+    async def finish(
+        self, pending: Pending, asked: Response | Unreachable | None = None
+    ) -> Response:
+        """The answer to a request `answer_now` left pending: the loop every
+        single-partition read goes through (`HttpApi.answer_from_replica`), which forwards
+        the raw path and passes the owner's status and body bytes back as they are, or
+        waits. `asked`: what the owner answered `forward_now` already."""
+        try:
+            response, outcome = await self._api.answer_from_replica(
+                pending.tp, pending.call, pending.read, pending.found, asked
+            )
+        except Exception as exc:
+            response, outcome = self._api.error_answer("GET", pending.path.decode("latin-1"), exc)
+        self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
+        return response
+
+    def forward_now(self, pending: Pending) -> asyncio.Future[Response] | None:
+        """`finish` for the common case without a task: ask the owner on an idle pooled
+        connection and pass its answer through from a callback.
+
+        None when it cannot start at once (no owner to ask, no idle connection, the hop
+        limit): use `finish`. Whatever the fast attempt cannot settle -- no answer, a 503 or
+        508 -- continues in `finish` with what the owner said, as if it had asked itself.
+        """
+        call = pending.call
+        owner = pending.found
+        if not isinstance(owner, str) or call.hops >= self._settings.hop_limit:
+            return None
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[Response] = loop.create_future()
+
+        def on_answer(answer: Response | Unreachable | None) -> None:
+            if out.done():  # the client went away
+                return
+            if isinstance(answer, Response) and answer.status not in (503, 508):
+                self._observe(
+                    "key", Outcome.FORWARDED, answer.status, time.perf_counter() - pending.started
+                )
+                out.set_result(answer)
+                return
+            rest = loop.create_task(self.finish(pending, answer))
+            rest.add_done_callback(lambda task: _settle(out, task))
+
+        budget_s = min(max(call.remaining(), 0.001), self._settings.active_timeout_s)
+        started = self._forwarder.send_now(
+            owner, call.target, hops=call.hops, budget_s=budget_s, on_answer=on_answer
+        )
+        return out if started else None
 
     def _learn(self, segment: bytes) -> _Table | None:
         name = decode_segment(segment.decode("latin-1"))
@@ -192,6 +314,7 @@ class KeyPath:
             table,
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),
+            orjson.dumps(table.name),
             text_is_wire=table.key_format is Format.STRING,
         )
         if len(self._tables) >= _MAX_TABLES:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -98,14 +99,18 @@ class _Connection(asyncio.Protocol):
 
     # -- use ---------------------------------------------------------------------------------
 
-    def send(self, request: bytes, deadline: float) -> asyncio.Future[_Answer]:
+    def expect(self, deadline: float) -> asyncio.Future[_Answer]:
+        """Be ready for the answer to a request about to be sent; its future."""
         assert self.transport is not None
         self._buf.clear()
         self._head = None
         self.deadline = deadline
         self._waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
         return self._waiter
+
+    def broken(self, message: str) -> None:
+        """Fail the pending answer: nothing was sent or received on this connection."""
+        self._fail(_Broken(message, got_bytes=False))
 
     def expire(self) -> None:
         """Give up on the pending answer (its deadline passed) and drop the connection."""
@@ -145,6 +150,19 @@ class _Connection(asyncio.Protocol):
         if not eof:  # delimited by the end of the connection
             return None
         return _Answer(status, retry_after, bytes(buf[start:]), False)
+
+
+def _response(answer: _Answer) -> Response:
+    headers = JSON_HEADERS
+    if answer.retry_after is not None:
+        headers = (*JSON_HEADERS, ("retry-after", answer.retry_after))
+    return Response(answer.status, answer.body, headers)
+
+
+def _unreachable(base_url: str, budget_s: float, exc: BaseException) -> Unreachable:
+    if isinstance(exc, TimeoutError | _Expired):
+        return Unreachable(base_url, f"no answer within {budget_s:.3f}s")
+    return Unreachable(base_url, f"{type(exc).__name__}: {exc}")
 
 
 def _parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
@@ -239,6 +257,9 @@ class PoolForwarder:
         self._ssl = ssl_context
         self._origins: dict[str, _Origin] = {}
         self._busy: set[_Connection] = set()  # awaiting an answer, checked by `_sweep`
+        # Requests of this loop iteration, sent together at its end: the owner, woken by the
+        # first, finds the others ready instead of being woken again for each.
+        self._sending: list[tuple[_Connection, bytes]] = []
         self._sweeping = False
 
     def _origin(self, base_url: str) -> _Origin:
@@ -269,6 +290,64 @@ class PoolForwarder:
             origin = self._origin(base_url)
         except ValueError as exc:
             return Unreachable(base_url, str(exc))
+        request = self._request(origin, method, target, body, hops, budget_s)
+        deadline = asyncio.get_running_loop().time() + budget_s
+        try:
+            answer = await self._exchange(origin, request, deadline)
+        except (TimeoutError, _Expired, OSError, _Broken) as exc:
+            return _unreachable(base_url, budget_s, exc)
+        return _response(answer)
+
+    def send_now(
+        self,
+        base_url: str,
+        target: str,
+        *,
+        hops: int,
+        budget_s: float,
+        on_answer: Callable[[Response | Unreachable | None], None],
+    ) -> bool:
+        """`send` of a GET on an idle connection, answered through a callback (no task)."""
+        origin = self._origins.get(base_url)
+        if origin is None:
+            return False
+        while origin.idle:
+            conn = origin.idle.pop()
+            if not conn.closed:
+                break
+        else:
+            return False
+        request = self._request(origin, "GET", target, None, hops, budget_s)
+        waiter = self._begin(conn, request, asyncio.get_running_loop().time() + budget_s)
+
+        def done(waiter: asyncio.Future[_Answer]) -> None:
+            self._busy.discard(conn)
+            exc = None if waiter.cancelled() else waiter.exception()
+            if exc is None and not waiter.cancelled():
+                answer = waiter.result()
+                origin.release(conn, answer.keep_alive)
+                on_answer(_response(answer))
+                return
+            conn.close()
+            if isinstance(exc, _Broken) and not exc.got_bytes:
+                on_answer(None)  # e.g. the owner had closed this idle connection
+            elif isinstance(exc, _Expired | _Broken | OSError):
+                on_answer(_unreachable(base_url, budget_s, exc))
+            else:
+                on_answer(None)
+
+        waiter.add_done_callback(done)
+        return True
+
+    def _request(
+        self,
+        origin: _Origin,
+        method: str,
+        target: str,
+        body: bytes | None,
+        hops: int,
+        budget_s: float,
+    ) -> bytes:
         head = (
             f"{method} {target} HTTP/1.1\r\nhost: {origin.authority}\r\n"
             f"{HOPS_HEADER}: {hops + 1}\r\n{BUDGET_HEADER}: {max(1, int(budget_s * 1000))}\r\n"
@@ -278,18 +357,7 @@ class PoolForwarder:
             head += f"{CLUSTER_HEADER}: {self._cluster.sign(method, target, hops + 1)}\r\n"
         if body is not None:
             head += f"content-type: {JSON}\r\ncontent-length: {len(body)}\r\n"
-        request = (head + "\r\n").encode("latin-1") + (body or b"")
-        deadline = asyncio.get_running_loop().time() + budget_s
-        try:
-            answer = await self._exchange(origin, request, deadline)
-        except (TimeoutError, _Expired):
-            return Unreachable(base_url, f"no answer within {budget_s:.3f}s")
-        except (OSError, _Broken) as exc:
-            return Unreachable(base_url, f"{type(exc).__name__}: {exc}")
-        headers = JSON_HEADERS
-        if answer.retry_after is not None:
-            headers = (*JSON_HEADERS, ("retry-after", answer.retry_after))
-        return Response(answer.status, answer.body, headers)
+        return (head + "\r\n").encode("latin-1") + (body or b"")
 
     async def _exchange(self, origin: _Origin, request: bytes, deadline: float) -> _Answer:
         while origin.idle:
@@ -310,20 +378,41 @@ class PoolForwarder:
     async def _once(
         self, origin: _Origin, conn: _Connection, request: bytes, deadline: float
     ) -> _Answer:
-        busy = self._busy
-        busy.add(conn)
-        if not self._sweeping:
-            self._sweeping = True
-            asyncio.get_running_loop().call_later(_SWEEP_S, self._sweep)
+        waiter = self._begin(conn, request, deadline)
         try:
-            answer = await conn.send(request, deadline)
+            answer = await waiter
         except BaseException:
             conn.close()  # cancelled or broken mid-answer: the connection's state is unknown
             raise
         finally:
-            busy.discard(conn)
+            self._busy.discard(conn)
         origin.release(conn, answer.keep_alive)
         return answer
+
+    def _begin(self, conn: _Connection, request: bytes, deadline: float) -> asyncio.Future[_Answer]:
+        """Send `request` on `conn` at the end of this loop iteration; the answer's future.
+
+        The caller takes `conn` out of `_busy` once the future is done.
+        """
+        loop = asyncio.get_running_loop()
+        self._busy.add(conn)
+        if not self._sweeping:
+            self._sweeping = True
+            loop.call_later(_SWEEP_S, self._sweep)
+        waiter = conn.expect(deadline)
+        if not self._sending:
+            loop.call_soon(self._send_all)
+        self._sending.append((conn, request))
+        return waiter
+
+    def _send_all(self) -> None:
+        """Send the requests of this loop iteration in one burst (see `_once`)."""
+        sending, self._sending = self._sending, []
+        for conn, request in sending:
+            if conn.transport is not None and not conn.closed:
+                conn.transport.write(request)
+            else:  # closed by the owner before the request left: try another connection
+                conn.broken("connection closed before the request was sent")
 
     def _sweep(self) -> None:
         """Expire the requests past their deadline; runs every _SWEEP_S while any is out."""

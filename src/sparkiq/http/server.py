@@ -1,9 +1,13 @@
-"""Runs the HTTP API inside the node's own asyncio loop, on granian's embedded server.
+"""Runs the HTTP API inside the node's own asyncio loop.
 
-granian does the socket and HTTP/1.1 work in Rust and calls the app on the caller's loop
-(uvloop or asyncio), so the API shares the loop, the view and the connection pool of its
-node. `HttpServer.start()` returns once the port accepts connections; `stop()` stops
-accepting, lets granian finish its workers, and closes the forwarding pool.
+Three interfaces carry it. The default, `loop`, is sparkiq's own HTTP/1.1 server on the
+node's loop (`sparkiq.http.loopserver`: asyncio protocols, httptools' parser): one thread
+does everything, and a local key lookup is answered without a task. `asgi` and `rsgi` run
+granian's embedded server, which does the socket and HTTP/1.1 work in a Rust thread and calls
+the app on the caller's loop; they cost a thread hand-over per request (BENCHMARKS.md). Every
+interface shares the loop, the view and the connection pool of its node.
+`HttpServer.start()` returns once the port accepts connections; `stop()` stops accepting,
+lets the server wind down, and closes the forwarding pool.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from sparkiq.errors import ConfigError
 from sparkiq.http.api import HttpApi
 from sparkiq.http.asgi import AsgiApp
 from sparkiq.http.forward import Forwarder
+from sparkiq.http.loopserver import LoopServer
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.rsgi import RsgiApp
 from sparkiq.http.settings import HttpSettings
@@ -34,7 +39,8 @@ log = logging.getLogger(__name__)
 class Interface(StrEnum):
     """Which granian interface carries the API (see `sparkiq.http.rsgi` for the trade-off)."""
 
-    ASGI = "asgi"  # exact raw paths: keys may hold any character, "/" included
+    LOOP = "loop"  # sparkiq's server on the node's loop; exact raw paths like ASGI
+    ASGI = "asgi"  # granian; exact raw paths: keys may hold any character, "/" included
     RSGI = "rsgi"  # granian's native interface; keys must not contain "/"
 
 
@@ -48,7 +54,7 @@ class HttpServer:
         port: int,
         settings: HttpSettings | None = None,
         *,
-        interface: Interface = Interface.ASGI,
+        interface: Interface = Interface.LOOP,
         forwarder: Forwarder | None = None,
         metrics: HttpMetrics | None = None,
         backlog: int = 1024,
@@ -68,6 +74,18 @@ class HttpServer:
             auth=auth,
             client_ssl=tls.client_context() if tls is not None else None,
         )
+        self._loop_server: LoopServer | None = None
+        self._server: Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        if interface is Interface.LOOP:
+            self._loop_server = LoopServer(
+                self.api,
+                host,
+                port,
+                ssl_context=tls.server_context() if tls is not None else None,
+                backlog=backlog,
+            )
+            return
         target: AsgiApp | RsgiApp
         if interface is Interface.RSGI:
             target, granian_interface = RsgiApp(self.api), Interfaces.RSGI
@@ -88,7 +106,6 @@ class HttpServer:
             ssl_key_password=tls.key_password if tls is not None else None,
             ssl_protocol_min=SSLProtocols.tls12,
         )
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -97,8 +114,15 @@ class HttpServer:
 
     async def start(self, timeout_s: float = 10.0) -> None:
         """Start serving; returns once the port accepts connections."""
+        if self._loop_server is not None:
+            try:
+                await self._loop_server.start()
+            except OSError as exc:
+                raise ConfigError(f"cannot serve HTTP on {self.url}: {exc}") from None
+            return
         if self._task is not None:
             return
+        assert self._server is not None
         self._task = asyncio.get_running_loop().create_task(self._server.serve())
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
@@ -120,8 +144,11 @@ class HttpServer:
 
     async def stop(self) -> None:
         """Stop accepting, wait for granian to wind down, close the forwarding pool."""
+        if self._loop_server is not None:
+            await self._loop_server.stop()
         task, self._task = self._task, None
         if task is not None:
+            assert self._server is not None
             self._server.stop()  # type: ignore[no-untyped-call]
             try:
                 await asyncio.wait_for(task, timeout=10)
@@ -148,7 +175,7 @@ async def serve(
     port: int,
     settings: HttpSettings | None = None,
     *,
-    interface: Interface = Interface.ASGI,
+    interface: Interface = Interface.LOOP,
     auth: AuthConfig | None = None,
     tls: TlsConfig | None = None,
 ) -> HttpServer:

@@ -151,6 +151,13 @@ class StaticView:
     def store(self, tp: TopicPartition) -> ReadableStore | None:
         return self._stores.get(tp)
 
+    def local_active(self, tp: TopicPartition) -> tuple[ReadableStore, int | None] | None:
+        placement = self._placements.get(tp)
+        if placement is None or not placement.is_local_active:
+            return None
+        store = self._stores.get(tp)
+        return None if store is None else (store, placement.local_offset)
+
     def metadata(self) -> dict[str, object]:
         return {
             "node": self._url,

@@ -30,10 +30,16 @@ class TlsConfig:
         if self.ca_file is not None and not self.ca_file.is_file():
             raise ConfigError(f"TLS CA file {self.ca_file} does not exist")
         try:  # fail at start, not on the first connection
-            server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            server.load_cert_chain(self.cert_file, self.key_file, self.key_password)
+            self.server_context()
         except (ssl.SSLError, OSError) as exc:
             raise ConfigError(f"cannot use TLS certificate {self.cert_file}: {exc}") from None
+
+    def server_context(self) -> ssl.SSLContext:
+        """What the node serves HTTPS with (TLS 1.2 or newer)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file, self.key_password)
+        return context
 
     def client_context(self) -> ssl.SSLContext:
         """What forwarding verifies other nodes with."""

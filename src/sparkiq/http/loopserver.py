@@ -1,0 +1,464 @@
+"""HTTP/1.1 on the node's own event loop: asyncio protocols with httptools' parser.
+
+Why (BENCHMARKS.md, "HTTP lookups"): granian runs its HTTP work in a Rust thread and hands
+every request to the Python thread and back; on two cores that hand-over costs more CPU than
+the lookup. Here one thread does everything: the loop reads the socket, httptools (the
+llhttp parser, in C) calls back with the URL and headers, and a single-key GET whose
+partition is local is answered before `data_received` returns -- no task, no thread switch.
+Whatever needs to wait (a forward, a replica still restoring, the generic dispatch) runs in a
+task of its own, and the connection answers its requests in the order they came (HTTP/1.1
+pipelining).
+
+What a connection does:
+- keep-alive as HTTP/1.1 says (`Connection: close`, HTTP/1.0 without keep-alive: close after
+  the answer); an idle connection is closed after `idle_timeout_s`, a request whose head or
+  body has not arrived within `request_timeout_s` gets 408 and the connection closes;
+- the raw request target is kept as sent, so keys may hold any character ("%2F" included);
+- a body over `HttpSettings.max_body_bytes` (declared or counted) gets 413 and the connection
+  closes; a request httptools cannot parse gets 400 and the connection closes;
+- reading pauses while the transport's write buffer is full or too many requests wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections import deque
+from collections.abc import Coroutine
+from http import HTTPStatus
+from typing import cast
+
+import httptools
+
+from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.auth.cluster import CLUSTER_HEADER
+from sparkiq.http.api import HttpApi
+from sparkiq.http.keypath import Pending
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
+from sparkiq.http.responses import JSON_HEADERS, Response, error_response
+from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+
+log = logging.getLogger(__name__)
+
+# Requests parsed but not yet answered on one connection before it stops reading.
+_MAX_QUEUED = 64
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+_JSON_ANSWER = (
+    b"%bcontent-type: application/json\r\ncontent-length: %d\r\nx-request-id: %b\r\n\r\n%b"
+)
+_HOPS = HOPS_HEADER.encode()
+_BUDGET = BUDGET_HEADER.encode()
+_API_KEY = API_KEY_HEADER.encode()
+_CLUSTER = CLUSTER_HEADER.encode()
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
+_INTERNAL = error_response(500, "internal", "internal error; the node logged the details")
+
+
+class _Request:
+    """A parsed request waiting behind another on its connection (pipelining)."""
+
+    __slots__ = ("body", "headers", "keep_alive", "method", "target", "too_large")
+
+    def __init__(
+        self,
+        target: bytes,
+        method: str,
+        headers: dict[bytes, bytes],
+        body: list[bytes],
+        too_large: bool,
+        keep_alive: bool,
+    ) -> None:
+        self.target = target
+        self.method = method
+        self.headers = headers
+        self.body = body
+        self.too_large = too_large
+        self.keep_alive = keep_alive
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parse, answer in order, keep alive.
+
+    The request being parsed lives in the connection's own fields (`_target`, `_headers`,
+    `_body`, `_too_large`); a `_Request` is made only for one that has to wait its turn.
+    Header names are kept as lower-case bytes and values as bytes; they are decoded only
+    when read.
+    """
+
+    def __init__(self, server: LoopServer) -> None:
+        self._server = server
+        self._api = server.api
+        self._keys = server.api.keys
+        self._gate = server.api.gate
+        self._max_body = server.api.settings.max_body_bytes
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._target = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._too_large = False
+        self._queue: deque[_Request] = deque()  # parsed, waiting for the one in `_task`
+        # The answer being awaited (a task, or a forward's future), and how to send it.
+        self._task: asyncio.Future[Response] | None = None
+        self._task_keep_alive = True
+        self._task_head = False
+        self._closing = False
+        self._out: list[bytes] = []  # answers written since the last flush
+        self._paused_reading = False
+        self._paused_writing = False
+        self.last_active = time.monotonic()
+        self.started: float | None = None  # when the request being received began
+
+    # -- transport callbacks -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport, but have its methods.
+        self._transport = cast(asyncio.Transport, transport)
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._closing = True
+        self._queue.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        now = self.last_active = time.monotonic()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError as exc:
+            self._refuse(400, f"malformed HTTP request: {exc}")
+        # A request begun and not complete is timed from its first bytes.
+        if not self._target:
+            self.started = None
+        elif self.started is None:
+            self.started = now
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._maybe_resume_reading()
+
+    # -- parser callbacks --------------------------------------------------------------------
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.lower()
+        headers = self._headers
+        # Repeated headers are joined as RFC 9110 allows for list-valued fields.
+        headers[key] = headers[key] + b", " + value if key in headers else value
+
+    def on_headers_complete(self) -> None:
+        headers = self._headers
+        if b"content-length" in headers or b"expect" in headers:
+            self._before_body(headers)
+
+    def _before_body(self, headers: dict[bytes, bytes]) -> None:
+        """413 at once for a body declared too large; 100 Continue to a client that waits."""
+        idle = self._task is None and not self._queue and self._transport is not None
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self._max_body:
+            self._too_large = True
+            if idle:  # say so before the body is sent
+                self._write(self._api.body_too_large(), keep_alive=False, with_id=False)
+        elif idle and headers.get(b"expect", b"").lower() == b"100-continue":
+            assert self._transport is not None
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self._too_large:
+            return
+        self._body_size += len(body)
+        if self._body_size > self._max_body:
+            self._too_large = True
+            self._body = []
+        else:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parser = self._parser
+        target, headers, body, too_large = self._target, self._headers, self._body, self._too_large
+        self._target, self._headers, self._body, self._too_large = b"", {}, [], False
+        self._body_size = 0
+        if self._closing:
+            return
+        method = parser.get_method().decode("ascii")
+        keep_alive = parser.should_keep_alive()
+        if self._task is not None or self._queue:
+            self._queue.append(_Request(target, method, headers, body, too_large, keep_alive))
+            if len(self._queue) >= _MAX_QUEUED:
+                self._pause_reading()
+            return
+        self._answer(target, method, headers, body, too_large, keep_alive)
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def _answer(
+        self,
+        target: bytes,
+        method: str,
+        headers: dict[bytes, bytes],
+        body: list[bytes],
+        too_large: bool,
+        keep_alive: bool,
+    ) -> None:
+        """Answer a request now if it can be, else start the task that will."""
+        if too_large:
+            self._write(self._api.body_too_large(), keep_alive=False, with_id=False)
+            return
+        try:
+            path_bytes, _, query_bytes = target.partition(b"?")
+            path = path_bytes.decode("latin-1")
+            # Header values are decoded only when present (most requests carry none of these).
+            get = headers.get
+            hops = get(_HOPS)
+            authorization = get(b"authorization")
+            api_key = get(_API_KEY)
+            request_id = get(_REQUEST_ID)
+            signature = get(_CLUSTER)
+            admitted = self._gate.admit(
+                method,
+                path,
+                target.decode("latin-1"),
+                authorization=None if authorization is None else authorization.decode("latin-1"),
+                api_key=None if api_key is None else api_key.decode("latin-1"),
+                request_id=None if request_id is None else request_id.decode("latin-1"),
+                hops=None if hops is None else hops.decode("latin-1"),
+                signature=None if signature is None else signature.decode("latin-1"),
+            )
+            if isinstance(admitted, Response):
+                self._write(admitted, keep_alive=keep_alive, head=method == "HEAD")
+                return
+            if method == "GET" and not query_bytes:
+                found = self._keys.answer_now(path_bytes, hops, get(_BUDGET), admitted)
+                if isinstance(found, Response):
+                    self._write(found, keep_alive=keep_alive)
+                    return
+                if isinstance(found, Pending):
+                    forwarded = self._keys.forward_now(found)
+                    self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
+                    return
+            text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+            answer = self._api.handle(
+                method, path, query_bytes.decode("latin-1"), text_headers, b"".join(body), admitted
+            )
+            self._wait(self._task_for(answer), keep_alive, head=method == "HEAD")
+        except Exception as exc:  # the API answers its own errors; this is a last resort
+            log.error("unexpected error answering a request", exc_info=exc)
+            self._write(_INTERNAL, keep_alive=False)
+
+    @staticmethod
+    def _task_for(answer: Coroutine[object, object, Response]) -> asyncio.Future[Response]:
+        # The task copies the context, with the request id the gate just set.
+        return asyncio.get_running_loop().create_task(answer)
+
+    def _wait(
+        self, answer: asyncio.Future[Response], keep_alive: bool, *, head: bool = False
+    ) -> None:
+        """Answer when `answer` is done; the requests behind it on this connection wait."""
+        self._gate.in_flight += 1
+        self._task = answer
+        self._task_keep_alive = keep_alive
+        self._task_head = head
+        # Runs in a copy of this context: the request id the gate set for this request.
+        answer.add_done_callback(self._answered)
+
+    def _answered(self, answer: asyncio.Future[Response]) -> None:
+        self._gate.in_flight -= 1
+        self._task = None
+        if answer.cancelled() or self._closing:
+            return
+        keep_alive = self._task_keep_alive
+        exc = answer.exception()
+        if exc is None:
+            response = answer.result()
+        else:  # the API answers its own errors; this is a last resort
+            log.error("unexpected error answering a request", exc_info=exc)
+            response, keep_alive = _INTERNAL, False
+        self._write(response, keep_alive=keep_alive, head=self._task_head)
+        while self._queue and self._task is None and not self._closing:
+            r = self._queue.popleft()
+            self._answer(r.target, r.method, r.headers, r.body, r.too_large, r.keep_alive)
+        self._maybe_resume_reading()
+
+    def _write(
+        self, response: Response, *, keep_alive: bool, with_id: bool = True, head: bool = False
+    ) -> None:
+        """Queue `response` for the end of this loop iteration (`LoopServer.to_flush`).
+
+        `with_id`: with the request id the gate set (not for a request refused before the
+        gate); `head`: without the body (the answer to a HEAD).
+        """
+        if self._transport is None or self._closing:
+            return
+        body = response.body
+        status = response.status
+        rid = REQUEST_ID.get() if with_id else None
+        if response.headers is JSON_HEADERS and keep_alive and rid is not None and not head:
+            # The common answer in one formatting step.
+            data = _JSON_ANSWER % (_status_line(status), len(body), rid.encode("latin-1"), body)
+        else:
+            data = _status_line(status)
+            for name, value in response.headers:
+                data += f"{name}: {value}\r\n".encode("latin-1")
+            data += b"content-length: %d\r\n" % len(body)
+            if rid is not None:
+                data += b"x-request-id: " + rid.encode("latin-1") + b"\r\n"
+            if not keep_alive:
+                data += b"connection: close\r\n"
+            data += b"\r\n" if head else b"\r\n" + body
+        self._out.append(data)
+        if len(self._out) == 1:
+            self._server.to_flush(self)
+        if not keep_alive:
+            self._closing = True  # no more requests; the flush closes the transport
+
+    def flush(self) -> None:
+        """Send what `_write` queued (`LoopServer` calls it once per loop iteration)."""
+        out, self._out = self._out, []
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if out:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.last_active = time.monotonic()
+        if self._closing:
+            transport.close()
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer a request that cannot be parsed or waited for, and close."""
+        if self._task is None and not self._queue:
+            response = error_response(status, "bad_request", message)
+            self._write(response, keep_alive=False, with_id=False)
+        self.close()
+
+    def close(self) -> None:
+        """Close after what is queued is sent."""
+        if not self._closing:
+            self._closing = True
+            if self._transport is not None and not self._out:
+                self._transport.close()
+
+    def check_timeouts(self, now: float, idle_s: float, request_s: float) -> None:
+        """Close an idle connection; 408 for a request that does not arrive in time."""
+        if self._task is not None or self._queue:
+            return
+        if self.started is not None:
+            if now - self.started > request_s:
+                message = f"the request did not arrive within {request_s:g} s"
+                response = error_response(408, "request_timeout", message)
+                self._write(response, keep_alive=False, with_id=False)
+        elif now - self.last_active > idle_s:
+            self.close()
+
+    def _pause_reading(self) -> None:
+        if not self._paused_reading and self._transport is not None:
+            self._paused_reading = True
+            self._transport.pause_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if (
+            self._paused_reading
+            and not self._paused_writing
+            and len(self._queue) < _MAX_QUEUED
+            and self._transport is not None
+            and not self._closing
+        ):
+            self._paused_reading = False
+            self._transport.resume_reading()
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
+
+
+class LoopServer:
+    """The HTTP API served by asyncio protocols in the running loop."""
+
+    def __init__(
+        self,
+        api: HttpApi,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 1024,
+        idle_timeout_s: float = 75.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.host = host
+        self.port = port
+        self.connections: set[_Connection] = set()
+        self._ssl = ssl_context
+        self._backlog = backlog
+        self._idle_s = idle_timeout_s
+        self._request_s = request_timeout_s
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._flushing: list[_Connection] = []
+
+    def to_flush(self, connection: _Connection) -> None:
+        """Send `connection`'s answers at the end of this loop iteration.
+
+        The loop first answers every request that arrived on every connection, then sends
+        the answers in one burst: a client woken by the first answer finds the rest ready,
+        instead of being woken again for each one (a cross-CPU wake-up per answer costs
+        more than a key lookup on two cores).
+        """
+        if not self._flushing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._flushing.append(connection)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self),
+            self.host,
+            self.port,
+            ssl=self._ssl,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
+        self._sweeper = loop.create_task(self._sweep())
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection (requests in flight are cancelled)."""
+        server, self._server = self._server, None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if server is not None:
+            server.close()
+            for connection in list(self.connections):
+                connection.close()
+            await server.wait_closed()
+
+    def _flush(self) -> None:
+        connections, self._flushing = self._flushing, []
+        for connection in connections:
+            connection.flush()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for connection in list(self.connections):
+                connection.check_timeouts(now, self._idle_s, self._request_s)

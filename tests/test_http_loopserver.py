@@ -1,0 +1,233 @@
+"""sparkiq's own HTTP/1.1 server (`sparkiq.http.loopserver`), spoken to over raw sockets.
+
+What a client relies on beyond single requests: answers in request order on a pipelined
+connection (also when one of them waits in a task), keep-alive and `Connection: close`,
+HTTP/1.0, HEAD, `Expect: 100-continue`, bodies over the limit, malformed requests, and the
+idle and request timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sparkiq.broker import free_port
+from sparkiq.http import HttpApi, HttpSettings
+from sparkiq.http.loopserver import LoopServer
+from sparkiq.http.testing import StaticView, put_value
+from sparkiq.tables import TableDef
+
+USERS = TableDef("users", "users-changelog", 4)
+SETTINGS = HttpSettings(budget_s=0.5, max_body_bytes=1000)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LoopServer]:
+    port = free_port()
+    view = StaticView(f"http://127.0.0.1:{port}", [USERS])
+    view.place_all(USERS, dict.fromkeys(range(USERS.partitions), view.url))
+    for i in range(5):
+        put_value(view, USERS, f"user-{i}", {"n": i})
+    put_value(view, USERS, "a/b", {"n": "slash"})
+    api = HttpApi(view, SETTINGS)
+    loop_server = LoopServer(api, "127.0.0.1", port, idle_timeout_s=1.0, request_timeout_s=1.0)
+    await loop_server.start()
+    try:
+        yield loop_server
+    finally:
+        await loop_server.stop()
+        await api.close()
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> dict[str, object]:
+        value = json.loads(self.body)
+        assert isinstance(value, dict)
+        return value
+
+
+async def read_answer(reader: asyncio.StreamReader, *, head_only: bool = False) -> Answer:
+    """One response: status line, headers, and a body of Content-Length bytes."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    length = 0 if head_only else int(headers.get("content-length", "0"))
+    body = await asyncio.wait_for(reader.readexactly(length), 5) if length else b""
+    return Answer(status, headers, body)
+
+
+async def connect(
+    server: LoopServer,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(server.host, server.port)
+
+
+def get(path: str, *headers: str) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", "host: test", *headers, "", ""]
+    return "\r\n".join(lines).encode()
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    return await asyncio.wait_for(reader.read(), 5) == b""
+
+
+async def test_pipelined_requests_are_answered_in_order(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    # A local key, the generic path (a range: answered in a task), a missing key, health.
+    writer.write(
+        get("/v1/tables/users/keys/user-1")
+        + get("/v1/tables/users/range?limit=2")
+        + get("/v1/tables/users/keys/nobody")
+        + get("/healthz")
+        + get("/v1/tables/users/keys/user-3")
+    )
+    answers = [await read_answer(reader) for _ in range(5)]
+    assert [a.status for a in answers] == [200, 200, 404, 200, 200]
+    assert answers[0].json()["value"] == {"n": 1}
+    assert len(answers[1].json()["items"]) == 2  # type: ignore[arg-type]
+    assert answers[4].json()["value"] == {"n": 3}
+    ids = {a.headers["x-request-id"] for a in answers}
+    assert len(ids) == 5  # every answer has its own request's id
+    writer.close()
+
+
+async def test_keep_alive_serves_many_requests_and_echoes_request_ids(
+    server: LoopServer,
+) -> None:
+    reader, writer = await connect(server)
+    for i in range(20):
+        writer.write(get(f"/v1/tables/users/keys/user-{i % 5}", f"x-request-id: req-{i}"))
+        answer = await read_answer(reader)
+        assert answer.status == 200
+        assert answer.headers["x-request-id"] == f"req-{i}"
+        assert answer.headers["content-type"] == "application/json"
+    writer.close()
+
+
+async def test_raw_path_keeps_an_encoded_slash_inside_a_key(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(get("/v1/tables/users/keys/a%2Fb"))
+    answer = await read_answer(reader)
+    assert answer.status == 200
+    assert answer.json()["key"] == "a/b"
+    writer.close()
+
+
+async def test_connection_close_and_http10_end_the_connection(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(get("/v1/tables/users/keys/user-1", "connection: close"))
+    answer = await read_answer(reader)
+    assert answer.status == 200
+    assert answer.headers["connection"] == "close"
+    assert await closed_by_server(reader)
+
+    reader, writer = await connect(server)
+    writer.write(b"GET /v1/tables/users/keys/user-2 HTTP/1.0\r\n\r\n")
+    answer = await read_answer(reader)
+    assert answer.status == 200
+    assert answer.json()["value"] == {"n": 2}
+    assert await closed_by_server(reader)
+
+
+async def test_head_answers_headers_without_a_body(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"HEAD /healthz HTTP/1.1\r\nhost: test\r\n\r\n" + get("/healthz"))
+    head = await read_answer(reader, head_only=True)
+    assert head.status == 405  # GET only; the head still says how long the body would be
+    assert int(head.headers["content-length"]) > 0
+    # The next answer starts right after the head: no body bytes were sent for the HEAD.
+    answer = await read_answer(reader)
+    assert (answer.status, answer.json()) == (200, {"status": "ok"})
+    writer.close()
+
+
+async def test_expect_100_continue_gets_continue_then_the_answer(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    body = json.dumps({"keys": ["user-1", "user-4", "nobody"]}).encode()
+    writer.write(
+        b"POST /v1/tables/users/multi-get HTTP/1.1\r\nhost: test\r\n"
+        b"content-type: application/json\r\nexpect: 100-continue\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert interim.startswith(b"HTTP/1.1 100 Continue")
+    writer.write(body)
+    answer = await read_answer(reader)
+    assert answer.status == 200
+    items = answer.json()["items"]
+    assert [i["value"] for i in items] == [{"n": 1}, {"n": 4}, None]  # type: ignore[index, union-attr]
+    writer.close()
+
+
+async def test_a_body_over_the_limit_is_413_before_it_is_sent(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /v1/tables/users/multi-get HTTP/1.1\r\nhost: test\r\n"
+        b"content-type: application/json\r\ncontent-length: 5000\r\n\r\n"
+    )
+    answer = await read_answer(reader)
+    assert answer.status == 413
+    assert answer.json()["error"]["code"] == "too_large"  # type: ignore[index]
+    assert await closed_by_server(reader)
+
+
+async def test_a_chunked_body_over_the_limit_is_413(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    chunk = b"x" * 800
+    writer.write(
+        b"POST /v1/tables/users/multi-get HTTP/1.1\r\nhost: test\r\n"
+        b"transfer-encoding: chunked\r\n\r\n"
+        + b"%x\r\n%b\r\n" % (len(chunk), chunk) * 2
+        + b"0\r\n\r\n"
+    )
+    answer = await read_answer(reader)
+    assert answer.status == 413
+    assert await closed_by_server(reader)
+
+
+async def test_malformed_request_is_400_and_closes(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(b"THIS IS NOT HTTP\r\n\r\n")
+    answer = await read_answer(reader)
+    assert answer.status == 400
+    assert "malformed" in answer.json()["error"]["message"]  # type: ignore[index, operator]
+    assert await closed_by_server(reader)
+
+
+async def test_idle_connection_is_closed_and_a_slow_request_gets_408(
+    server: LoopServer,
+) -> None:
+    reader, writer = await connect(server)
+    writer.write(get("/healthz"))
+    assert (await read_answer(reader)).status == 200
+    # Idle past idle_timeout_s (1 s here; the sweep looks every second).
+    assert await closed_by_server(reader)
+
+    reader, writer = await connect(server)
+    writer.write(b"GET /healthz HTTP/1.1\r\nhost: te")  # and nothing more
+    answer = await read_answer(reader)
+    assert answer.status == 408
+    assert await closed_by_server(reader)
+
+
+async def test_stop_closes_open_connections(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(get("/healthz"))
+    assert (await read_answer(reader)).status == 200
+    await server.stop()
+    assert await closed_by_server(reader)
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection(server.host, server.port)
