@@ -375,13 +375,16 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
 
             for interface in interfaces:
                 owner_port, fwd_port = free_port(), free_port()
+                # All owners run at once, and a store is open in one process only.
+                own_state = work / f"state-{interface}"
+                shutil.copytree(state, own_state)
                 node = [
                     *SERVER_CPUS,
                     PY,
                     __file__,
                     "serve-node",
                     "--state-dir",
-                    str(state),
+                    str(own_state),
                     "--interface",
                     interface,
                 ]
