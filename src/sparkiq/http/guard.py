@@ -26,12 +26,7 @@ from contextvars import ContextVar
 from sparkiq.auth import AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.requestid import (
-    REQUEST_ID,
-    REQUEST_ID_HEADER,
-    accept_request_id,
-    new_request_id,
-)
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
 from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
 from sparkiq.http.settings import HttpSettings
 
@@ -85,7 +80,7 @@ class Gate:
         `target` is the raw path and query as received (what a forwarding node signed).
         The caller counts the request in flight (`in_flight`) while it answers it.
         """
-        rid = new_request_id() if request_id is None else accept_request_id(request_id)
+        rid = accept_request_id(request_id)
         REQUEST_ID.set(rid)
         ops = path in OPS_PATHS
         if not ops and self.in_flight >= self.max_in_flight:

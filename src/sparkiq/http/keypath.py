@@ -30,7 +30,7 @@ import orjson
 
 from sparkiq.auth import EVERYONE, Identity
 from sparkiq.http.forward import Unreachable
-from sparkiq.http.locate import Call, LocalReplica, new_call
+from sparkiq.http.locate import Call, LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.partitioner import partition_for
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from sparkiq.http.api import HttpApi
 
 PREFIX = b"/v1/tables/"
-# What `read_key` renders for a key of an active replica, as a template: the same bytes
-# (tests/test_http_keypath.py compares them), without building and dumping a dict.
-_ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":false}'
+# The body of a found key, as a template: the bytes orjson would make of the same dict,
+# without building and dumping one.
+_ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":%b}'
 _KEYS = b"keys/"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
 
@@ -83,17 +83,16 @@ def read_key(
         )
         return failure_response(failure), outcome
     key_codec, value_codec = pair
-    body = orjson.dumps(
-        {
-            "table": table.name,
-            "key": key_codec.render(wire),
-            # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
-            "value": orjson.Fragment(value_codec.render_json(value)),
-            "partition": partition,
-            "offset": replica.offset,
-            "node": node,
-            "standby": replica.is_standby,
-        }
+    offset = replica.offset
+    body = _ANSWER % (
+        orjson.dumps(table.name),
+        orjson.dumps(key_codec.render(wire)),
+        # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
+        value_codec.render_json(value),
+        partition,
+        b"null" if offset is None else b"%d" % offset,
+        orjson.dumps(node),
+        b"true" if replica.is_standby else b"false",
     )
     return Response(200, body), outcome
 
@@ -117,7 +116,6 @@ class _Table:
     table: TableDef
     codecs: tuple[KeyCodec, ValueCodec]
     tps: tuple[TopicPartition, ...]  # by partition number
-    name_json: bytes  # the table's name as JSON
     # String keys: the UTF-8 of the path text is both the wire form and the store key, so
     # an ASCII segment without '%' is used as it arrives.
     text_is_wire: bool
@@ -135,7 +133,6 @@ class KeyPath:
         self._max_key = api.settings.max_key_bytes
         self._forwarder = api.forwarder
         self._tables: dict[bytes, _Table] = {}
-        self._node_json = orjson.dumps(api.view.url)
 
     async def answer(
         self,
@@ -208,29 +205,11 @@ class KeyPath:
                 store_key = entry.codecs[0].wire_to_store(wire)
             partition = partition_for(wire, table.partitions)
             tp = entry.tps[partition]
+            # The common case first: this node's active replica, without a `Placement`.
             local = view.local_active(tp)
-            if local is not None:  # the common case: this node's active replica
-                store, offset = local
-                value = store.get(store_key)
-                if value is not None:
-                    response = Response(
-                        200,
-                        _ANSWER
-                        % (
-                            entry.name_json,
-                            # A string key renders as its text.
-                            orjson.dumps(
-                                key_text if entry.text_is_wire else entry.codecs[0].render(wire)
-                            ),
-                            entry.codecs[1].render_json(value),
-                            partition,
-                            b"null" if offset is None else b"%d" % offset,
-                            self._node_json,
-                        ),
-                    )
-                    self._observe("key", Outcome.LOCAL, 200, time.perf_counter() - started)
-                    return response
-            found = self._resolve(tp, None)
+            found = (
+                self._resolve(tp, None) if local is None else LocalReplica(*local, is_standby=False)
+            )
             node = view.url
             if not isinstance(found, LocalReplica):  # forward, or wait
                 if call is None:
@@ -297,7 +276,8 @@ class KeyPath:
             rest = loop.create_task(self.finish(pending, answer))
             rest.add_done_callback(lambda task: _settle(out, task))
 
-        budget_s = min(max(call.remaining(), 0.001), self._settings.active_timeout_s)
+        # As `answer_single` asks the active: `Locator.ask` with at most active_timeout_s.
+        budget_s = ask_budget(call, self._settings.active_timeout_s)
         started = self._forwarder.send_now(
             owner, call.target, hops=call.hops, budget_s=budget_s, on_answer=on_answer
         )
@@ -314,7 +294,6 @@ class KeyPath:
             table,
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),
-            orjson.dumps(table.name),
             text_is_wire=table.key_format is Format.STRING,
         )
         if len(self._tables) >= _MAX_TABLES:

@@ -79,6 +79,13 @@ def new_call(
     return Call(hops, time.monotonic() + budget, budget, None, target)
 
 
+def ask_budget(call: Call, at_most_s: float | None) -> float:
+    """How long one ask of another node may take: the rest of the call's budget (at least
+    1 ms), and at most `at_most_s`."""
+    budget_s = max(call.remaining(), 0.001)
+    return budget_s if at_most_s is None else min(budget_s, at_most_s)
+
+
 @dataclass(slots=True)  # not frozen: built per request, and frozen __init__ costs 3x
 class LocalReplica:
     """This node's replica of a partition, ready to read. Treat it as immutable."""
@@ -214,9 +221,6 @@ class Locator:
         """
         if call.hops >= self.settings.hop_limit:
             return self.loop_detected(call, url)
-        budget_s = max(call.remaining(), 0.001)
-        if at_most_s is not None:
-            budget_s = min(budget_s, at_most_s)
         return await self.forwarder.send(
-            url, method, target, body, hops=call.hops, budget_s=budget_s
+            url, method, target, body, hops=call.hops, budget_s=ask_budget(call, at_most_s)
         )

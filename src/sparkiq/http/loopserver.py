@@ -417,9 +417,10 @@ class LoopServer:
         """Send `connection`'s answers at the end of this loop iteration.
 
         The loop first answers every request that arrived on every connection, then sends
-        the answers in one burst: a client woken by the first answer finds the rest ready,
-        instead of being woken again for each one (a cross-CPU wake-up per answer costs
-        more than a key lookup on two cores).
+        the answers in one burst, so that a client woken by the first answer may find the
+        rest ready instead of being woken for each. Measured alone the gain was within the
+        noise of this machine (BENCHMARKS.md); it also lets pipelined answers of one
+        connection go out in one write.
         """
         if not self._flushing:
             asyncio.get_running_loop().call_soon(self._flush)

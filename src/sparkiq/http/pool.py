@@ -229,6 +229,14 @@ class _Origin:
             )
         return conn
 
+    def take_idle(self) -> _Connection | None:
+        """The most recently used open idle connection (the least likely to have timed out)."""
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
     def release(self, conn: _Connection, keep_alive: bool) -> None:
         if keep_alive and not conn.closed and len(self.idle) < self.keep:
             self.idle.append(conn)
@@ -257,8 +265,9 @@ class PoolForwarder:
         self._ssl = ssl_context
         self._origins: dict[str, _Origin] = {}
         self._busy: set[_Connection] = set()  # awaiting an answer, checked by `_sweep`
-        # Requests of this loop iteration, sent together at its end: the owner, woken by the
-        # first, finds the others ready instead of being woken again for each.
+        # Requests of this loop iteration, sent together at its end, so that an owner woken
+        # by the first may find the others ready (the gain measured within noise; see
+        # BENCHMARKS.md).
         self._sending: list[tuple[_Connection, bytes]] = []
         self._sweeping = False
 
@@ -309,31 +318,26 @@ class PoolForwarder:
     ) -> bool:
         """`send` of a GET on an idle connection, answered through a callback (no task)."""
         origin = self._origins.get(base_url)
-        if origin is None:
-            return False
-        while origin.idle:
-            conn = origin.idle.pop()
-            if not conn.closed:
-                break
-        else:
+        conn = origin.take_idle() if origin is not None else None
+        if origin is None or conn is None:
             return False
         request = self._request(origin, "GET", target, None, hops, budget_s)
         waiter = self._begin(conn, request, asyncio.get_running_loop().time() + budget_s)
 
         def done(waiter: asyncio.Future[_Answer]) -> None:
             self._busy.discard(conn)
-            exc = None if waiter.cancelled() else waiter.exception()
-            if exc is None and not waiter.cancelled():
+            if not waiter.cancelled() and waiter.exception() is None:
                 answer = waiter.result()
                 origin.release(conn, answer.keep_alive)
                 on_answer(_response(answer))
                 return
             conn.close()
+            exc = None if waiter.cancelled() else waiter.exception()
             if isinstance(exc, _Broken) and not exc.got_bytes:
-                on_answer(None)  # e.g. the owner had closed this idle connection
+                on_answer(None)  # nothing sent or received: e.g. the owner had closed it
             elif isinstance(exc, _Expired | _Broken | OSError):
                 on_answer(_unreachable(base_url, budget_s, exc))
-            else:
+            else:  # cancelled, or an error this pool does not expect
                 on_answer(None)
 
         waiter.add_done_callback(done)
@@ -360,10 +364,7 @@ class PoolForwarder:
         return (head + "\r\n").encode("latin-1") + (body or b"")
 
     async def _exchange(self, origin: _Origin, request: bytes, deadline: float) -> _Answer:
-        while origin.idle:
-            conn = origin.idle.pop()  # most recently used: the least likely to have timed out
-            if conn.closed:
-                continue
+        while (conn := origin.take_idle()) is not None:
             try:
                 answer = await self._once(origin, conn, request, deadline)
             except _Broken as exc:

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class Interface(StrEnum):
-    """Which granian interface carries the API (see `sparkiq.http.rsgi` for the trade-off)."""
+    """Which server carries the API: sparkiq's own (`loop`) or granian's (`asgi`, `rsgi`; see
+    `sparkiq.http.rsgi` for the trade-off between those two)."""
 
     LOOP = "loop"  # sparkiq's server on the node's loop; exact raw paths like ASGI
     ASGI = "asgi"  # granian; exact raw paths: keys may hold any character, "/" included
@@ -143,7 +144,7 @@ class HttpServer:
             return
 
     async def stop(self) -> None:
-        """Stop accepting, wait for granian to wind down, close the forwarding pool."""
+        """Stop accepting, wait for the server to wind down, close the forwarding pool."""
         if self._loop_server is not None:
             await self._loop_server.stop()
         task, self._task = self._task, None
