@@ -6,7 +6,8 @@ Measures with wrk (-t1 -c32, random keys out of 100k) on 127.0.0.1:
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
 for each node interface asked for (`loop`: sparkiq's own server on the node's loop, the
-default; `asgi`/`rsgi`: granian; `asgi-jwt`: with a bearer token on every request). Every
+default; `asgi`/`rsgi`: granian; a suffix `-jwt`: with a bearer token on every request;
+`-depthN`: forwarding pipelines at most N requests per connection, 1 = none). Every
 server is started once and measured `--rounds` times in turn: this machine's speed drifts
 within minutes, so ratios are taken within a round and their median reported. It prints
 req/s, p50/p99, the servers' CPU time and context switches per request (from /proc: CPU
@@ -44,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 
@@ -192,6 +193,7 @@ def build_stores(state_dir: Path) -> None:
 
 async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
     from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.settings import HttpSettings
     from sparkiq.http.testing import StaticView
     from sparkiq.store import StoreRegistry
 
@@ -207,16 +209,22 @@ async def run_node(port: int, owner_url: str | None, state_dir: str, interface: 
     else:
         for p in range(PARTITIONS):
             view.set_placement((table.topic, p), owner_url)
-    base, _, auth_kind = interface.partition("-")
+    base, *options = interface.split("-")
+    settings = HttpSettings()
+    for option in options:
+        if option.startswith("depth"):
+            settings = replace(settings, pipeline_depth=int(option[len("depth") :]))
+        elif option != "jwt":
+            raise SystemExit(f"unknown interface option {option!r} in {interface!r}")
     auth = None
-    if auth_kind == "jwt":
+    if "jwt" in options:
         from sparkiq.auth import AuthConfig, ClusterCredential
         from sparkiq.auth.tokens import TokenVerifier
 
         auth = AuthConfig(
             tokens=TokenVerifier(secret=BENCH_SECRET), cluster=ClusterCredential(BENCH_SECRET)
         )
-    server = HttpServer(view, "127.0.0.1", port, interface=Interface(base), auth=auth)
+    server = HttpServer(view, "127.0.0.1", port, settings, interface=Interface(base), auth=auth)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)
@@ -396,7 +404,7 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
                 procs.append(forwarder)
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
-                headers = bearer_header() if interface.endswith("-jwt") else None
+                headers = bearer_header() if "jwt" in interface.split("-")[1:] else None
                 servers.append(
                     Server(
                         f"sparkiq local {interface}", owner_port, key_prefix, [owner.pid], headers

@@ -97,7 +97,10 @@ class HttpApi:
         self.settings = settings or HttpSettings()
         auth = auth or AuthConfig.none()
         self.forwarder = forwarder or PoolForwarder(
-            self.settings.pool_per_host, cluster=auth.cluster, ssl_context=client_ssl
+            self.settings.pool_per_host,
+            pipeline_depth=self.settings.pipeline_depth,
+            cluster=auth.cluster,
+            ssl_context=client_ssl,
         )
         self.metrics = metrics or HttpMetrics()
         # Admits each request (id, load, caller, cluster headers) before it is answered.

@@ -2,10 +2,11 @@
 
 Forwarding is on the hot path of every request that lands on the wrong node, and a general
 client (aiohttp) spends more time per request than the whole local answer takes. This one
-only does what sparkiq nodes need from each other: one request at a time per connection,
-responses framed by Content-Length (chunked and close-delimited also understood), idle
-connections kept per origin and reused. A request that fails on a reused connection before
-any answer byte arrived is retried once on a new connection: all forwarded requests are reads.
+only does what sparkiq nodes need from each other: requests pipelined on keep-alive
+connections (answered in order), responses framed by Content-Length (chunked and
+close-delimited also understood), idle connections kept per origin and reused. A request that
+fails before any byte of its answer arrived is asked again on another connection: all
+forwarded requests are reads.
 """
 
 from __future__ import annotations
@@ -54,17 +55,28 @@ class _Answer:
     keep_alive: bool
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; parses one response at a time from what arrives."""
+@dataclass(slots=True)
+class _Waiting:
+    """A request sent (or about to be) on a connection, waiting for its answer."""
 
-    def __init__(self) -> None:
+    future: asyncio.Future[_Answer]
+    deadline: float  # loop.time() by which the answer must be complete
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection. Requests pipelined on it are answered in order, so the
+    answers that arrive are handed to the waiting requests first come, first served."""
+
+    def __init__(self, on_idle: Callable[[_Connection], None] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._buf = bytearray()
-        self._waiter: asyncio.Future[_Answer] | None = None
+        self._waiting: deque[_Waiting] = deque()
         self._head: tuple[int, str | None, int | None, bool, bool] | None = None
         self._head_len = 0
-        self.deadline = 0.0  # loop.time() by which the pending answer must be complete
+        # Called when the last waiting answer arrived and the connection stays open.
+        self._on_idle = on_idle
+        self.out: list[bytes] = []  # requests to send at the end of this loop iteration
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -74,61 +86,98 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        if self._waiter is None or self._waiter.done():
-            return
         try:
-            answer = self._parse(eof=False)
+            while self._waiting:
+                answer = self._parse(eof=False)
+                if answer is None:
+                    return
+                self._complete(answer)
         except _Broken as exc:
             self._fail(exc)
-            return
-        if answer is not None:
-            self._waiter.set_result(answer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._waiter is not None and not self._waiter.done():
-            try:
-                answer = self._parse(eof=True)
-            except _Broken as broken:
-                self._fail(broken)
-                return
-            if answer is not None:
-                self._waiter.set_result(answer)
-            else:
-                self._fail(_Broken(f"connection closed: {exc}", got_bytes=bool(self._buf)))
+        if not self._waiting:
+            return
+        try:
+            answer = self._parse(eof=True)
+        except _Broken as broken:
+            self._fail(broken)
+            return
+        if answer is not None:
+            self._complete(answer)
+        self._fail(_Broken(f"connection closed: {exc}", got_bytes=bool(self._buf)))
 
     # -- use ---------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent (or queued) on this connection whose answers have not arrived."""
+        return len(self._waiting)
 
     def expect(self, deadline: float) -> asyncio.Future[_Answer]:
         """Be ready for the answer to a request about to be sent; its future."""
         assert self.transport is not None
-        self._buf.clear()
-        self._head = None
-        self.deadline = deadline
-        self._waiter = asyncio.get_running_loop().create_future()
-        return self._waiter
+        if not self._waiting:  # bytes nobody asked for are not an answer to this request
+            self._buf.clear()
+            self._head = None
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(future, deadline))
+        return future
 
     def broken(self, message: str) -> None:
-        """Fail the pending answer: nothing was sent or received on this connection."""
+        """Fail the waiting answers: nothing was sent or received on this connection."""
         self._fail(_Broken(message, got_bytes=False))
 
-    def expire(self) -> None:
-        """Give up on the pending answer (its deadline passed) and drop the connection."""
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(_Expired())
+    def expire(self, now: float) -> bool:
+        """Drop the connection if an answer is past its deadline; True if it did.
+
+        Those requests fail as expired; the others on the connection got nothing yet (or,
+        the first, part of an answer) and fail as broken, to be asked again elsewhere.
+        """
+        if not any(w.deadline <= now for w in self._waiting):
+            return False
+        waiting, self._waiting = self._waiting, deque()
+        got_bytes = bool(self._buf)
+        for w in waiting:
+            if w.future.done():
+                continue
+            if w.deadline <= now:
+                w.future.set_exception(_Expired())
+            else:
+                w.future.set_exception(
+                    _Broken("dropped with an expired request", got_bytes=got_bytes)
+                )
+            got_bytes = False
         self.close()
+        return True
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
 
-    def _fail(self, exc: _Broken | _Expired) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(exc)
+    def _complete(self, answer: _Answer) -> None:
+        waiting = self._waiting.popleft()
+        if not waiting.future.done():  # a cancelled request's answer is dropped
+            waiting.future.set_result(answer)
+        if not answer.keep_alive:
+            self._fail(_Broken("the owner closed the connection", got_bytes=False))
+        elif not self._waiting and self._on_idle is not None:
+            self._on_idle(self)
+
+    def _fail(self, exc: _Broken) -> None:
+        """Fail every waiting answer and close. `exc` goes to the first; the others got
+        nothing of their answers (they may be asked again elsewhere)."""
+        waiting, self._waiting = self._waiting, deque()
+        for w in waiting:
+            if not w.future.done():
+                w.future.set_exception(exc)
+            exc = _Broken(f"an earlier answer on the connection failed: {exc}", got_bytes=False)
         self.close()
 
     def _parse(self, *, eof: bool) -> _Answer | None:
+        """The first complete answer in the buffer, taken out of it; None if there is none."""
         buf = self._buf
         if self._head is None:
             end = buf.find(b"\r\n\r\n")
@@ -141,15 +190,22 @@ class _Connection(asyncio.Protocol):
         status, retry_after, length, chunked, keep_alive = self._head
         start = self._head_len
         if length is not None:
-            if len(buf) - start < length:
+            end = start + length
+            if len(buf) < end:
                 return None
-            return _Answer(status, retry_after, bytes(buf[start : start + length]), keep_alive)
-        if chunked:
-            body = _dechunk(buf, start)
-            return None if body is None else _Answer(status, retry_after, body, keep_alive)
-        if not eof:  # delimited by the end of the connection
+            body = bytes(buf[start:end])
+        elif chunked:
+            found = _dechunk(buf, start)
+            if found is None:
+                return None
+            body, end = found
+        elif eof:  # delimited by the end of the connection
+            body, end, keep_alive = bytes(buf[start:]), len(buf), False
+        else:
             return None
-        return _Answer(status, retry_after, bytes(buf[start:]), False)
+        del buf[:end]
+        self._head = None
+        return _Answer(status, retry_after, body, keep_alive)
 
 
 def _response(answer: _Answer) -> Response:
@@ -192,16 +248,21 @@ def _parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
     return status, retry_after, length, chunked, keep_alive
 
 
-def _dechunk(buf: bytearray, pos: int) -> bytes | None:
+def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
+    """A chunked body from `pos`, and where its message ends; None if it is not all here."""
     out = bytearray()
     while True:
         eol = buf.find(b"\r\n", pos)
         if eol < 0:
             return None
-        size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+        try:
+            size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+        except ValueError:
+            raise _Broken("bad chunk size", got_bytes=True) from None
         pos = eol + 2
-        if size == 0:
-            return bytes(out) if buf.find(b"\r\n", pos) >= 0 else None
+        if size == 0:  # then trailer lines, if any, and an empty line
+            end = pos + 2 if buf[pos : pos + 2] == b"\r\n" else buf.find(b"\r\n\r\n", pos) + 4
+            return None if end < pos + 2 or len(buf) < end else (bytes(out), end)
         if len(buf) < pos + size + 2:
             return None
         out += buf[pos : pos + size]
@@ -209,7 +270,7 @@ def _dechunk(buf: bytearray, pos: int) -> bytes | None:
 
 
 class _Origin:
-    """Idle connections to one origin (host, port), over TLS when `tls` is given."""
+    """Connections to one origin (host, port), over TLS when `tls` is given."""
 
     def __init__(self, host: str, port: int, keep: int, tls: ssl.SSLContext | None) -> None:
         self.host = host
@@ -218,16 +279,21 @@ class _Origin:
         self.keep = keep
         self.tls = tls
         self.idle: deque[_Connection] = deque()
+        # The connection this loop iteration's `send_now` requests are pipelined on.
+        self.filling: _Connection | None = None
 
     async def connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         if self.tls is None:
-            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+            _, conn = await loop.create_connection(self._new, self.host, self.port)
         else:
             _, conn = await loop.create_connection(
-                _Connection, self.host, self.port, ssl=self.tls, server_hostname=self.host
+                self._new, self.host, self.port, ssl=self.tls, server_hostname=self.host
             )
         return conn
+
+    def _new(self) -> _Connection:
+        return _Connection(self.release)
 
     def take_idle(self) -> _Connection | None:
         """The most recently used open idle connection (the least likely to have timed out)."""
@@ -237,8 +303,11 @@ class _Origin:
                 return conn
         return None
 
-    def release(self, conn: _Connection, keep_alive: bool) -> None:
-        if keep_alive and not conn.closed and len(self.idle) < self.keep:
+    def release(self, conn: _Connection) -> None:
+        """Keep `conn`, whose answers have all arrived, for the next requests (or close it)."""
+        if conn.closed or conn is self.filling:
+            return
+        if len(self.idle) < self.keep:
             self.idle.append(conn)
         else:
             conn.close()
@@ -251,24 +320,34 @@ class PoolForwarder:
     (`guard.FORWARD_HEADERS`) and, when the cluster has a credential, its signature.
     https:// owners are reached over TLS, verified against `ssl_context` (default: the
     system's trust store).
+
+    `send_now` pipelines: the single-key GETs of one loop iteration to one owner share a
+    connection, up to `pipeline_depth` of them, and leave in one write; the owner reads them
+    in one go and answers them in one write. On loopback the system calls are most of a
+    forward's cost, and this saves all but one pair per batch on both nodes. The price: an
+    answer the owner holds back (a partition it is restoring) holds back the ones behind it
+    on that connection, within the request budget. `send` (multi-gets, range pages, the
+    failover loop) takes a connection of its own.
     """
 
     def __init__(
         self,
         pool_per_host: int = 64,
         *,
+        pipeline_depth: int = 16,
         cluster: ClusterCredential | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        if pipeline_depth < 1:
+            raise ValueError(f"pipeline_depth must be >= 1, got {pipeline_depth}")
         self._keep = pool_per_host
+        self._depth = pipeline_depth
         self._cluster = cluster
         self._ssl = ssl_context
         self._origins: dict[str, _Origin] = {}
-        self._busy: set[_Connection] = set()  # awaiting an answer, checked by `_sweep`
-        # Requests of this loop iteration, sent together at its end, so that an owner woken
-        # by the first may find the others ready (the gain measured within noise; see
-        # BENCHMARKS.md).
-        self._sending: list[tuple[_Connection, bytes]] = []
+        self._busy: set[_Connection] = set()  # awaiting answers, checked by `_sweep`
+        # Connections with requests of this loop iteration, written at its end (`_send_all`).
+        self._sending: list[tuple[_Connection, _Origin]] = []
         self._sweeping = False
 
     def _origin(self, base_url: str) -> _Origin:
@@ -316,25 +395,26 @@ class PoolForwarder:
         budget_s: float,
         on_answer: Callable[[Response | Unreachable | None], None],
     ) -> bool:
-        """`send` of a GET on an idle connection, answered through a callback (no task)."""
+        """`send` of a GET on a pooled connection, answered through a callback (no task);
+        False if there is none to take (then use `send`)."""
         origin = self._origins.get(base_url)
-        conn = origin.take_idle() if origin is not None else None
-        if origin is None or conn is None:
+        if origin is None:
             return False
+        conn = origin.filling
+        if conn is None or conn.closed or conn.in_flight >= self._depth:
+            conn = origin.take_idle()
+            if conn is None:
+                return False
+            origin.filling = conn
         request = self._request(origin, "GET", target, None, hops, budget_s)
-        waiter = self._begin(conn, request, asyncio.get_running_loop().time() + budget_s)
+        waiter = self._begin(conn, origin, request, asyncio.get_running_loop().time() + budget_s)
 
         def done(waiter: asyncio.Future[_Answer]) -> None:
-            self._busy.discard(conn)
-            if not waiter.cancelled() and waiter.exception() is None:
-                answer = waiter.result()
-                origin.release(conn, answer.keep_alive)
-                on_answer(_response(answer))
-                return
-            conn.close()
             exc = None if waiter.cancelled() else waiter.exception()
-            if isinstance(exc, _Broken) and not exc.got_bytes:
-                on_answer(None)  # nothing sent or received: e.g. the owner had closed it
+            if exc is None and not waiter.cancelled():
+                on_answer(_response(waiter.result()))
+            elif isinstance(exc, _Broken) and not exc.got_bytes:
+                on_answer(None)  # no answer began: e.g. the owner had closed the connection
             elif isinstance(exc, _Expired | _Broken | OSError):
                 on_answer(_unreachable(base_url, budget_s, exc))
             else:  # cancelled, or an error this pool does not expect
@@ -366,34 +446,22 @@ class PoolForwarder:
     async def _exchange(self, origin: _Origin, request: bytes, deadline: float) -> _Answer:
         while (conn := origin.take_idle()) is not None:
             try:
-                answer = await self._once(origin, conn, request, deadline)
+                return await self._begin(conn, origin, request, deadline)
             except _Broken as exc:
                 if exc.got_bytes:
                     raise
                 continue  # the owner closed an idle connection: take another one
-            return answer
         async with asyncio.timeout_at(deadline):
             conn = await origin.connect()
-        return await self._once(origin, conn, request, deadline)
+        return await self._begin(conn, origin, request, deadline)
 
-    async def _once(
-        self, origin: _Origin, conn: _Connection, request: bytes, deadline: float
-    ) -> _Answer:
-        waiter = self._begin(conn, request, deadline)
-        try:
-            answer = await waiter
-        except BaseException:
-            conn.close()  # cancelled or broken mid-answer: the connection's state is unknown
-            raise
-        finally:
-            self._busy.discard(conn)
-        origin.release(conn, answer.keep_alive)
-        return answer
-
-    def _begin(self, conn: _Connection, request: bytes, deadline: float) -> asyncio.Future[_Answer]:
+    def _begin(
+        self, conn: _Connection, origin: _Origin, request: bytes, deadline: float
+    ) -> asyncio.Future[_Answer]:
         """Send `request` on `conn` at the end of this loop iteration; the answer's future.
 
-        The caller takes `conn` out of `_busy` once the future is done.
+        A request whose caller gives up (cancelled) leaves its connection as it is: its answer
+        is dropped when it arrives, and the connection goes back to the pool after it.
         """
         loop = asyncio.get_running_loop()
         self._busy.add(conn)
@@ -403,25 +471,32 @@ class PoolForwarder:
         waiter = conn.expect(deadline)
         if not self._sending:
             loop.call_soon(self._send_all)
-        self._sending.append((conn, request))
+        if not conn.out:
+            self._sending.append((conn, origin))
+        conn.out.append(request)
         return waiter
 
     def _send_all(self) -> None:
-        """Send the requests of this loop iteration in one burst (see `_once`)."""
+        """Write the requests of this loop iteration, each connection's in one write."""
         sending, self._sending = self._sending, []
-        for conn, request in sending:
+        for conn, origin in sending:
+            out, conn.out = conn.out, []
+            if origin.filling is conn:
+                origin.filling = None
+                if not conn.in_flight:  # answered already (an error, or closed)
+                    origin.release(conn)
             if conn.transport is not None and not conn.closed:
-                conn.transport.write(request)
-            else:  # closed by the owner before the request left: try another connection
+                conn.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            else:  # closed by the owner before the requests left: try another connection
                 conn.broken("connection closed before the request was sent")
 
     def _sweep(self) -> None:
         """Expire the requests past their deadline; runs every _SWEEP_S while any is out."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        for conn in [c for c in self._busy if c.deadline <= now]:
-            self._busy.discard(conn)
-            conn.expire()
+        for conn in list(self._busy):
+            if conn.closed or not conn.in_flight or conn.expire(now):
+                self._busy.discard(conn)
         if self._busy:
             loop.call_later(_SWEEP_S, self._sweep)
         else:

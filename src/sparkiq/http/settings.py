@@ -54,6 +54,9 @@ class HttpSettings:
     max_windows: int = 10_000
     # Keep-alive connections kept per owner node for forwarding.
     pool_per_host: int = 64
+    # Single-key reads forwarded in one loop iteration to one owner share a connection, up to
+    # this many (HTTP/1.1 pipelining; see `sparkiq.http.pool`). 1: one per connection.
+    pipeline_depth: int = 16
     # Requests one node answers at once (forwarded ones included); past it: 429 + Retry-After.
     max_in_flight: int = 512
 
@@ -74,3 +77,5 @@ class HttpSettings:
             raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
         if self.pool_per_host < 1:
             raise ConfigError(f"pool_per_host must be >= 1, got {self.pool_per_host}")
+        if self.pipeline_depth < 1:
+            raise ConfigError(f"pipeline_depth must be >= 1, got {self.pipeline_depth}")
