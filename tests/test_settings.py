@@ -39,3 +39,13 @@ def test_derived_names() -> None:
 def test_bad_listen_is_rejected() -> None:
     with pytest.raises(ValidationError, match="host:port"):
         NodeSettings(listen="8100")
+
+
+def test_forward_pipeline_depth_reaches_the_http_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkiq.serving import http_settings
+
+    assert http_settings(NodeSettings()).pipeline_depth == 16
+    monkeypatch.setenv("SPARKIQ_FORWARD_PIPELINE_DEPTH", "1")
+    assert http_settings(NodeSettings()).pipeline_depth == 1
+    with pytest.raises(ValidationError, match="forward_pipeline_depth"):
+        NodeSettings(forward_pipeline_depth=0)

@@ -310,6 +310,13 @@ def broker(port: int) -> None:
     default=None,
     help="Requests answered at once; past it, 429 with Retry-After [default: 512].",
 )
+@_env_option(
+    "--forward-pipeline-depth",
+    envvar="SPARKIQ_FORWARD_PIPELINE_DEPTH",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Single-key reads to one owner pipelined on one connection; 1: none [default: 16].",
+)
 def serve(**options: Any) -> None:
     """Run a serving node: join the cluster, restore partitions, answer HTTP queries."""
     from pydantic import ValidationError

@@ -44,6 +44,7 @@ def http_settings(settings: NodeSettings) -> HttpSettings:
         standby_max_lag=settings.standby_max_lag,
         active_timeout_s=settings.active_timeout_s,
         max_in_flight=settings.max_in_flight,
+        pipeline_depth=settings.forward_pipeline_depth,
     )
 
 

@@ -97,6 +97,12 @@ class NodeSettings(BaseSettings):
         ge=1,
         description="Requests the node answers at once; past it, 429 with Retry-After.",
     )
+    forward_pipeline_depth: int = Field(
+        16,
+        ge=1,
+        description="Single-key reads forwarded to one owner in one loop iteration share a "
+        "connection, up to this many (HTTP/1.1 pipelining); 1 sends each on its own.",
+    )
     # -- authentication (sparkiq.auth): on as soon as a credential source is given --------
     auth: Literal["none", "required"] | None = Field(
         None,
