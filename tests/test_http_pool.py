@@ -40,7 +40,7 @@ class Owner:
         return f"http://127.0.0.1:{self.port}"
 
     def answer(self, target: str) -> bytes:
-        body = b'{"target":"%s"}' % target.encode()
+        body = echo(target)
         close = b"connection: close\r\n" if target in self.close_after else b""
         if self.chunked:
             half = len(body) // 2
@@ -127,6 +127,20 @@ async def warm(pool: PoolForwarder, owner: Owner, connections: int) -> None:
     owner.reads.clear()
 
 
+async def ask_all(pool: PoolForwarder, owner: Owner, targets: list[str]) -> Answers:
+    """`send_now` each target within one loop iteration (no await in between); the answers."""
+    answers = Answers()
+    for target in targets:
+        assert pool.send_now(owner.url, target, hops=0, budget_s=2, on_answer=answers.to(target))
+    await answers.settle(len(targets))
+    return answers
+
+
+def echo(target: str) -> bytes:
+    """The body the owner answers `target` with."""
+    return b'{"target":"%s"}' % target.encode()
+
+
 def body_of(answer: Result) -> bytes:
     assert isinstance(answer, Response), answer
     return answer.body
@@ -135,15 +149,10 @@ def body_of(answer: Result) -> bytes:
 async def test_one_iteration_shares_a_connection_in_one_write(owner: Owner) -> None:
     pool = PoolForwarder(pipeline_depth=16)
     await warm(pool, owner, 1)
-    answers = Answers()
     targets = [f"/k/{i}" for i in range(10)]
-    for target in targets:  # one loop iteration: no await in between
-        assert pool.send_now(owner.url, target, hops=0, budget_s=2, on_answer=answers.to(target))
-    await answers.settle(len(targets))
+    answers = await ask_all(pool, owner, targets)
     # Every caller got the answer to its own request.
-    assert {t: body_of(a) for t, a in answers.items()} == {
-        t: b'{"target":"%s"}' % t.encode() for t in targets
-    }
+    assert {t: body_of(a) for t, a in answers.items()} == {t: echo(t) for t in targets}
     assert owner.targets[0][1:] == targets  # after the warm-up request, on the one connection
     assert owner.reads == [10]  # all ten arrived in one read
     # The connection is idle again, and reused.
@@ -158,13 +167,10 @@ async def test_one_iteration_shares_a_connection_in_one_write(owner: Owner) -> N
 async def test_depth_bounds_the_requests_per_connection(owner: Owner) -> None:
     pool = PoolForwarder(pipeline_depth=4)
     await warm(pool, owner, 3)
-    answers = Answers()
     targets = [f"/k/{i}" for i in range(10)]
-    for target in targets:
-        assert pool.send_now(owner.url, target, hops=0, budget_s=2, on_answer=answers.to(target))
-    await answers.settle(len(targets))
+    answers = await ask_all(pool, owner, targets)
     assert sorted(len(seen) - 1 for seen in owner.targets) == [2, 4, 4]
-    assert all(body_of(answers[t]) == b'{"target":"%s"}' % t.encode() for t in targets)
+    assert all(body_of(answers[t]) == echo(t) for t in targets)
     # Out of idle connections, `send_now` says so (the caller then uses `send`).
     more = Answers()
     taken = [
@@ -194,12 +200,9 @@ async def test_chunked_answers_pipelined(owner: Owner) -> None:
     owner.chunked = True
     pool = PoolForwarder()
     await warm(pool, owner, 1)
-    answers = Answers()
     targets = [f"/c/{i}" for i in range(5)]
-    for target in targets:
-        assert pool.send_now(owner.url, target, hops=0, budget_s=2, on_answer=answers.to(target))
-    await answers.settle(len(targets))
-    assert all(body_of(answers[t]) == b'{"target":"%s"}' % t.encode() for t in targets)
+    answers = await ask_all(pool, owner, targets)
+    assert all(body_of(answers[t]) == echo(t) for t in targets)
     await pool.close()
 
 
@@ -207,19 +210,15 @@ async def test_owner_closing_mid_pipeline_leaves_the_rest_to_ask_again(owner: Ow
     owner.close_after.add("/k/1")
     pool = PoolForwarder()
     await warm(pool, owner, 1)
-    answers = Answers()
-    targets = [f"/k/{i}" for i in range(4)]
-    for target in targets:
-        assert pool.send_now(owner.url, target, hops=0, budget_s=2, on_answer=answers.to(target))
-    await answers.settle(len(targets))
-    assert body_of(answers["/k/0"]) == b'{"target":"/k/0"}'
-    assert body_of(answers["/k/1"]) == b'{"target":"/k/1"}'
+    answers = await ask_all(pool, owner, [f"/k/{i}" for i in range(4)])
+    assert body_of(answers["/k/0"]) == echo("/k/0")
+    assert body_of(answers["/k/1"]) == echo("/k/1")
     # No answer of theirs began: None, i.e. "ask again" (the key path's failover loop does).
     assert answers["/k/2"] is None
     assert answers["/k/3"] is None
     # `send` asks again on a new connection by itself.
     again = await pool.send(owner.url, "GET", "/k/2", None, hops=0, budget_s=2)
-    assert body_of(again) == b'{"target":"/k/2"}'
+    assert body_of(again) == echo("/k/2")
     await pool.close()
 
 
@@ -247,14 +246,14 @@ async def test_cancelled_request_never_hands_its_answer_to_another(owner: Owner)
     slow.cancel()
     # The connection still owes the cancelled request's answer: a new request takes another.
     fast = await pool.send(owner.url, "GET", "/fast", None, hops=0, budget_s=2)
-    assert body_of(fast) == b'{"target":"/fast"}'
+    assert body_of(fast) == echo("/fast")
     assert len(owner.targets) == 2
     owner.released.set()  # the owed answer arrives, is dropped, and frees its connection
     await asyncio.sleep(0.1)
     answers = await asyncio.gather(
         *(pool.send(owner.url, "GET", f"/after/{i}", None, hops=0, budget_s=2) for i in range(2))
     )
-    assert [body_of(a) for a in answers] == [b'{"target":"/after/0"}', b'{"target":"/after/1"}']
+    assert [body_of(a) for a in answers] == [echo("/after/0"), echo("/after/1")]
     assert len(owner.targets) == 2  # both pooled connections reused, none opened
     await pool.close()
 
