@@ -67,7 +67,7 @@ class _Connection(asyncio.Protocol):
     """One keep-alive connection. Requests pipelined on it are answered in order, so the
     answers that arrive are handed to the waiting requests first come, first served."""
 
-    def __init__(self, on_idle: Callable[[_Connection], None] | None = None) -> None:
+    def __init__(self, on_idle: Callable[[_Connection], None]) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._buf = bytearray()
@@ -137,19 +137,7 @@ class _Connection(asyncio.Protocol):
         """
         if not any(w.deadline <= now for w in self._waiting):
             return False
-        waiting, self._waiting = self._waiting, deque()
-        got_bytes = bool(self._buf)
-        for w in waiting:
-            if w.future.done():
-                continue
-            if w.deadline <= now:
-                w.future.set_exception(_Expired())
-            else:
-                w.future.set_exception(
-                    _Broken("dropped with an expired request", got_bytes=got_bytes)
-                )
-            got_bytes = False
-        self.close()
+        self._fail(_Broken("dropped with an expired request", got_bytes=bool(self._buf)), now)
         return True
 
     def close(self) -> None:
@@ -163,17 +151,20 @@ class _Connection(asyncio.Protocol):
             waiting.future.set_result(answer)
         if not answer.keep_alive:
             self._fail(_Broken("the owner closed the connection", got_bytes=False))
-        elif not self._waiting and self._on_idle is not None:
+        elif not self._waiting:
             self._on_idle(self)
 
-    def _fail(self, exc: _Broken) -> None:
+    def _fail(self, exc: _Broken, expired_at: float | None = None) -> None:
         """Fail every waiting answer and close. `exc` goes to the first; the others got
-        nothing of their answers (they may be asked again elsewhere)."""
+        nothing of their answers (they may be asked again elsewhere). With `expired_at`,
+        those whose deadline it passed fail as expired instead."""
         waiting, self._waiting = self._waiting, deque()
+        behind = f"an earlier answer on the connection failed: {exc}"
         for w in waiting:
             if not w.future.done():
-                w.future.set_exception(exc)
-            exc = _Broken(f"an earlier answer on the connection failed: {exc}", got_bytes=False)
+                late = expired_at is not None and w.deadline <= expired_at
+                w.future.set_exception(_Expired() if late else exc)
+            exc = _Broken(behind, got_bytes=False)
         self.close()
 
     def _parse(self, *, eof: bool) -> _Answer | None:
