@@ -52,9 +52,10 @@ class Forwarder(Protocol):
     ) -> bool:
         """Start a GET like `send` without a coroutine, if it can start at once.
 
-        False: it cannot (e.g. no idle connection); use `send`. True: `on_answer` is called
-        once, with the answer, an `Unreachable`, or None when the attempt failed before
-        anything was sent or received (try `send`, which retries such failures itself).
+        False: it cannot (e.g. no pooled connection to take); use `send`. True: `on_answer`
+        is called once, with the answer, an `Unreachable`, or None when the attempt failed
+        before any byte of its answer arrived (try `send`, which retries such failures
+        itself).
         """
         ...
 

@@ -250,11 +250,11 @@ class KeyPath:
         return response
 
     def forward_now(self, pending: Pending) -> asyncio.Future[Response] | None:
-        """`finish` for the common case without a task: ask the owner on an idle pooled
-        connection and pass its answer through from a callback.
+        """`finish` for the common case without a task: ask the owner on a pooled connection
+        (`Forwarder.send_now`) and pass its answer through from a callback.
 
-        None when it cannot start at once (no owner to ask, no idle connection, the hop
-        limit): use `finish`. Whatever the fast attempt cannot settle -- no answer, a 503 or
+        None when it cannot start at once (no owner to ask, no pooled connection to take,
+        the hop limit): use `finish`. Whatever the fast attempt cannot settle -- no answer, a 503 or
         508 -- continues in `finish` with what the owner said, as if it had asked itself.
         """
         call = pending.call

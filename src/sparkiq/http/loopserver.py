@@ -28,6 +28,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import cast
 
@@ -57,26 +58,16 @@ _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _INTERNAL = error_response(500, "internal", "internal error; the node logged the details")
 
 
+@dataclass(slots=True)
 class _Request:
     """A parsed request waiting behind another on its connection (pipelining)."""
 
-    __slots__ = ("body", "headers", "keep_alive", "method", "target", "too_large")
-
-    def __init__(
-        self,
-        target: bytes,
-        method: str,
-        headers: dict[bytes, bytes],
-        body: list[bytes],
-        too_large: bool,
-        keep_alive: bool,
-    ) -> None:
-        self.target = target
-        self.method = method
-        self.headers = headers
-        self.body = body
-        self.too_large = too_large
-        self.keep_alive = keep_alive
+    target: bytes
+    method: str
+    headers: dict[bytes, bytes]
+    body: list[bytes]
+    too_large: bool
+    keep_alive: bool
 
 
 class _Connection(asyncio.Protocol):
