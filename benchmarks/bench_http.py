@@ -191,6 +191,30 @@ def build_stores(state_dir: Path) -> None:
 # -- a node process --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class NodeKind:
+    """What an `--interfaces` entry asks for: `loop`, `asgi-jwt`, `loop-depth1`, ..."""
+
+    interface: str  # the server: loop, asgi or rsgi
+    jwt: bool  # a bearer token on every request
+    pipeline_depth: int | None  # forwards pipelined per connection; None: the default
+
+
+def node_kind(name: str) -> NodeKind:
+    base, *options = name.split("-")
+    if base not in ("loop", "asgi", "rsgi"):
+        raise SystemExit(f"unknown interface {base!r} in {name!r} (loop, asgi or rsgi)")
+    depth: int | None = None
+    for option in options:
+        if option.startswith("depth") and option[len("depth") :].isdigit():
+            depth = int(option[len("depth") :])
+            if depth < 1:
+                raise SystemExit(f"{option!r} in {name!r}: the depth must be >= 1")
+        elif option != "jwt":
+            raise SystemExit(f"unknown interface option {option!r} in {name!r} (jwt, depthN)")
+    return NodeKind(base, "jwt" in options, depth)
+
+
 async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
     from sparkiq.http.server import HttpServer, Interface
     from sparkiq.http.settings import HttpSettings
@@ -209,22 +233,21 @@ async def run_node(port: int, owner_url: str | None, state_dir: str, interface: 
     else:
         for p in range(PARTITIONS):
             view.set_placement((table.topic, p), owner_url)
-    base, *options = interface.split("-")
+    kind = node_kind(interface)
     settings = HttpSettings()
-    for option in options:
-        if option.startswith("depth"):
-            settings = replace(settings, pipeline_depth=int(option[len("depth") :]))
-        elif option != "jwt":
-            raise SystemExit(f"unknown interface option {option!r} in {interface!r}")
+    if kind.pipeline_depth is not None:
+        settings = replace(settings, pipeline_depth=kind.pipeline_depth)
     auth = None
-    if "jwt" in options:
+    if kind.jwt:
         from sparkiq.auth import AuthConfig, ClusterCredential
         from sparkiq.auth.tokens import TokenVerifier
 
         auth = AuthConfig(
             tokens=TokenVerifier(secret=BENCH_SECRET), cluster=ClusterCredential(BENCH_SECRET)
         )
-    server = HttpServer(view, "127.0.0.1", port, settings, interface=Interface(base), auth=auth)
+    server = HttpServer(
+        view, "127.0.0.1", port, settings, interface=Interface(kind.interface), auth=auth
+    )
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)
@@ -404,7 +427,7 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
                 procs.append(forwarder)
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
-                headers = bearer_header() if "jwt" in interface.split("-")[1:] else None
+                headers = bearer_header() if node_kind(interface).jwt else None
                 servers.append(
                     Server(
                         f"sparkiq local {interface}", owner_port, key_prefix, [owner.pid], headers
@@ -511,7 +534,10 @@ def main() -> None:
     load_before = os.getloadavg()
     if args.rounds < 1 or args.duration < 1:
         raise SystemExit("--rounds and --duration must be >= 1")
-    rounds = bench(args.duration, args.interfaces.split(","), args.rounds)
+    interfaces = args.interfaces.split(",")
+    for interface in interfaces:
+        node_kind(interface)  # a misspelt one fails here, before anything starts
+    rounds = bench(args.duration, interfaces, args.rounds)
     report(rounds, (load_before, os.getloadavg()))
 
 
