@@ -122,6 +122,25 @@ def parse_invoices(raw: DataFrame) -> DataFrame:
     return parsed.withColumn("reason", reason)
 
 
+def valid_invoices(parsed: DataFrame) -> DataFrame:
+    """The invoices of *parsed* (`parse_invoices`) that are valid: ``value`` plus their fields."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("reason").isNull()).select("value", "inv.*")
+
+
+def store_sales(invoices: DataFrame) -> DataFrame:
+    """Sales (exact sum) and invoice count per store and 1-minute window of CreatedTime."""
+    from pyspark.sql import functions as F
+
+    return (
+        invoices.withColumn("ts", F.timestamp_millis("CreatedTime"))
+        .withWatermark("ts", "10 minutes")
+        .groupBy("StoreID", F.window("ts", WINDOW))
+        .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices"))
+    )
+
+
 def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
     """Dead letters, shipments and flattened line items as (topic, key, value) rows."""
     from pyspark.sql import functions as F
@@ -244,10 +263,41 @@ def _customer_updates(
         yield pd.DataFrame(out)
 
 
+def customer_updates(invoices: DataFrame) -> DataFrame:
+    """Per customer, one state for two tables (`_customer_updates`): CUSTOMER_UPDATE_SCHEMA rows.
+
+    Spark groups each customer's invoices (a shuffle: they arrive on many store partitions)
+    once for both tables.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    return (
+        invoices.select(
+            "CustomerCardNo",
+            "CustomerType",
+            "InvoiceNumber",
+            "CreatedTime",
+            F.when(F.col("CustomerType") == "PRIME", F.floor(F.col("TotalAmount") / POINTS_PER))
+            .otherwise(0)
+            .cast("long")
+            .alias("PointsEarned"),
+            F.col("value").cast("string").alias("Invoice"),
+        )
+        .groupBy("CustomerCardNo")
+        .applyInPandasWithState(
+            _customer_updates,
+            outputStructType=CUSTOMER_UPDATE_SCHEMA,
+            stateStructType=CUSTOMER_STATE_SCHEMA,
+            outputMode="update",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    )
+
+
 def pipeline(ctx: PipelineContext) -> None:
     """Start the three queries of the point-of-sale pipeline on *ctx*."""
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     topics = {
         name: ctx.params.get(f"{name}_topic", default) for name, default in DEFAULT_TOPICS.items()
@@ -271,12 +321,11 @@ def pipeline(ctx: PipelineContext) -> None:
     )
     ctx.write(_routes(routed, topics), name="pos-routes")
 
-    invoices = parsed.where(F.col("reason").isNull()).select("value", "inv.*")
+    invoices = valid_invoices(parsed)
 
     # 2. Per customer, one state for two tables: running loyalty points of PRIME customers
     #    (notifications on `loyalty` + table `rewards`) and the newest invoice (table
-    #    `latest-invoice`). Spark groups each customer's invoices (a shuffle: they arrive
-    #    on many store partitions) once for both.
+    #    `latest-invoice`).
     rewards = define_table(
         "rewards",
         partitions=partitions,
@@ -291,27 +340,7 @@ def pipeline(ctx: PipelineContext) -> None:
     )
     for table in (rewards, latest):
         ctx.prepare_table(table)
-    updates = (
-        invoices.select(
-            "CustomerCardNo",
-            "CustomerType",
-            "InvoiceNumber",
-            "CreatedTime",
-            F.when(F.col("CustomerType") == "PRIME", F.floor(F.col("TotalAmount") / POINTS_PER))
-            .otherwise(0)
-            .cast("long")
-            .alias("PointsEarned"),
-            F.col("value").cast("string").alias("Invoice"),
-        )
-        .groupBy("CustomerCardNo")
-        .applyInPandasWithState(
-            _customer_updates,
-            outputStructType=CUSTOMER_UPDATE_SCHEMA,
-            stateStructType=CUSTOMER_STATE_SCHEMA,
-            outputMode="update",
-            timeoutConf=GroupStateTimeout.NoTimeout,
-        )
-    )
+    updates = customer_updates(invoices)
     kind = F.col("Kind")
     reward_key, reward_value = changelog_columns(
         updates, rewards, key="CustomerCardNo", value=F.struct("CustomerCardNo", "TotalPoints")
@@ -336,14 +365,8 @@ def pipeline(ctx: PipelineContext) -> None:
     ctx.write(customer_out, name="customers", output_mode="update")
 
     # 3. Windowed table `store-sales`: sales per store and minute.
-    sales = (
-        invoices.withColumn("ts", F.timestamp_millis("CreatedTime"))
-        .withWatermark("ts", "10 minutes")
-        .groupBy("StoreID", F.window("ts", WINDOW))
-        .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices"))
-    )
     ctx.materialize(
-        sales,
+        store_sales(invoices),
         table="store-sales",
         key="StoreID",
         window="window",
