@@ -1,0 +1,202 @@
+"""Where the pipeline's throughput goes: its stages alone, next to Spark's rate source.
+
+`bench_pipeline.py` measures the whole point-of-sale pipeline against the rate-source
+reference. This one takes the pipeline apart, in the same run as the same reference, to show
+how much of the reference's rate each stage leaves before the next one is added:
+
+1. ``read``: the ``sparkiq-kafka`` source alone (the Python Data Source reading the invoices
+   into Arrow batches) into the ``noop`` sink;
+2. ``parse``: the same plus `parse_invoices` and `valid_invoices` (JSON to columns, the
+   validity checks);
+3. ``store-sales``: the same plus `store_sales`, the aggregation the reference runs (sum and
+   count per store and 1-minute window, update mode, RocksDB state store), into ``noop``:
+   the reference's own work, fed from Kafka instead of generated in the JVM;
+4. ``customers``: stage 2 plus `customer_updates`, the per-customer state of the tables
+   ``rewards`` and ``latest-invoice`` (a shuffle by customer, ``applyInPandasWithState``),
+   into ``noop``;
+5. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session. This is
+   the least the pipeline has to do: Spark refuses an ``applyInPandasWithState`` in update
+   mode and an aggregation in one query ("applyInPandasWithState in update mode is not
+   supported with aggregation on a streaming DataFrame/Dataset"), so the per-customer state
+   and the ``store-sales`` aggregation run in two queries, and each query reads (and
+   parses) every invoice: streaming branches of one source do not share its scan.
+
+Each stage runs alone in a fresh child Spark session (local[2], the pipeline's settings),
+with ``Trigger.AvailableNow`` over invoices already in the topic, twice:
+
+- throughput: micro-batches of ``--batch`` records, like the reference's saturated ones.
+  The rate is the median processed rows/s of the full micro-batches after the first
+  ``--warmup-batches`` of each query: the first one starts the source's planner process on a
+  cold JVM (10-18 s), and the next few get faster as the JIT compiles the plan, so leaving
+  them out favours the stages;
+- latency: micro-batches of ``--small-batch`` records (one second's input at the freshness
+  benchmark's 20 invoices/s), the median batch duration next to the reference's at the same
+  rate. Table freshness cannot beat one micro-batch of the query that writes the table.
+
+    .venv/bin/python benchmarks/bench_pipeline_stages.py [--invoices 200000] [--batch 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_pipeline import rate_reference
+from sparkiq.broker import DevBroker
+from sparkiq.kafka.admin import create_topic
+from sparkiq.pos.generator import InvoiceGenerator, produce_invoices
+
+SOURCE = "pos"
+SMALL = "pos-small"  # the same invoices, read in small batches
+STAGES = ("read", "parse", "store-sales", "customers", "read-x2", "parse-x2")
+
+STAGE = r"""
+import json, sys
+from sparkiq.pos import pipeline as pos
+from sparkiq.spark.session import local_session
+
+stage, bootstrap, batch, small_batch, partitions, checkpoint = sys.argv[1:7]
+spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions))
+
+def query(topic, per_batch, cp):
+    df = (spark.readStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", per_batch).load())
+    mode = "append"
+    if not stage.startswith("read"):
+        df = pos.valid_invoices(pos.parse_invoices(df))
+    if stage == "store-sales":
+        df, mode = pos.store_sales(df), "update"
+    if stage == "customers":
+        df, mode = pos.customer_updates(df), "update"
+    return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
+            .option("checkpointLocation", cp).start())
+
+def run(topic, per_batch, cp):
+    # read-x2, parse-x2: two queries at once, each reading (and parsing) every invoice.
+    n = 2 if stage.endswith("-x2") else 1
+    queries = [query(topic, per_batch, f"{cp}-{i}") for i in range(n)]
+    for q in queries:
+        q.awaitTermination()
+    return [[p for p in q.recentProgress if p.numInputRows == int(per_batch)] for q in queries]
+
+big = run("pos", batch, checkpoint + "-big")
+small = run("pos-small", small_batch, checkpoint + "-small")
+print(json.dumps({
+    "rows_per_s": [[p.processedRowsPerSecond for p in q] for q in big],
+    "batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in big],
+    "small_batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in small],
+}))
+spark.stop()
+"""
+
+
+def run_stage(
+    stage: str, bootstrap: str, batch: int, small_batch: int, shuffle_partitions: int, work: Path
+) -> dict[str, Any]:
+    """One stage alone in a child process: its full micro-batches over both topics."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            STAGE,
+            stage,
+            bootstrap,
+            str(batch),
+            str(small_batch),
+            str(shuffle_partitions),
+            str(work / f"cp-{stage}-{time.time_ns()}"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"stage {stage} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--invoices", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=20_000, help="records per large batch")
+    parser.add_argument(
+        "--small-batch", type=int, default=20, help="records per small batch (1 s at 20/s)"
+    )
+    parser.add_argument("--small-batches", type=int, default=25)
+    parser.add_argument(
+        "--warmup-batches", type=int, default=3, help="batches of each pass not counted"
+    )
+    parser.add_argument("--seconds", type=float, default=30.0, help="rate reference duration")
+    parser.add_argument(
+        "--shuffle-partitions", type=int, default=1, help="of the stages and the reference"
+    )
+    args = parser.parse_args()
+    if args.invoices < (args.warmup_batches + 3) * args.batch:
+        parser.error("--invoices must leave at least 3 large batches after --warmup-batches")
+    if args.small_batches < args.warmup_batches + 3:
+        parser.error("--small-batches must leave at least 3 after --warmup-batches")
+
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    ref = rate_reference(args.batch, args.small_batch, args.seconds, args.shuffle_partitions)
+    print(
+        f"rate source reference: {ref['throughput']:,.0f} rows/s; batches of "
+        f"{args.small_batch} rows: {ref['batch_ms']:.0f} ms",
+        flush=True,
+    )
+
+    work = Path(tempfile.mkdtemp(prefix="sparkiq-bench-stages-"))
+    rates: dict[str, float] = {}
+    small_ms: dict[str, float] = {}
+    with DevBroker(log_path=work / "broker.log") as broker:
+        bootstrap = broker.bootstrap_servers
+        gen = InvoiceGenerator(7)
+        now_ms = int(time.time() * 1000)
+        for topic, n in ((SOURCE, args.invoices), (SMALL, args.small_batch * args.small_batches)):
+            create_topic(bootstrap, topic, 3)
+            produce_invoices(bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5))
+            print(f"{n:,} invoices in topic {topic!r}", flush=True)
+        for stage in STAGES:
+            result = run_stage(
+                stage, bootstrap, args.batch, args.small_batch, args.shuffle_partitions, work
+            )
+            # Per query (parse-x2 runs two), without its warm-up batches.
+            skip = args.warmup_batches
+            counted = [r for q in result["rows_per_s"] for r in q[skip:]]
+            small = [ms for q in result["small_batch_ms"] for ms in q[skip:]]
+            if not counted or not small:
+                raise SystemExit(f"stage {stage}: no full batch after the warm-up ones")
+            rates[stage] = statistics.median(counted)
+            small_ms[stage] = statistics.median(small)
+            print(
+                f"{stage:>12}: {rates[stage]:>9,.0f} rows/s = "
+                f"{rates[stage] / ref['throughput']:.2f} of the reference "
+                f"(batches of {args.batch:,}: "
+                f"{', '.join(f'{ms / 1000:.2f}' for ms in result['batch_ms'][0])} s); "
+                f"batches of {args.small_batch}: median {small_ms[stage]:.0f} ms = "
+                f"{small_ms[stage] / ref['batch_ms']:.2f} of the reference's",
+                flush=True,
+            )
+    print(f"load average after: {os.getloadavg()}")
+    print(
+        f"\nthroughput against the reference's {ref['throughput']:,.0f} rows/s: "
+        + ", ".join(f"{s} {rates[s] / ref['throughput']:.2f}" for s in STAGES)
+        + " (the whole pipeline's goal: >= 0.5)"
+    )
+    print(
+        f"batch of {args.small_batch} against the reference's {ref['batch_ms']:.0f} ms: "
+        + ", ".join(f"{s} {small_ms[s] / ref['batch_ms']:.2f}" for s in STAGES)
+    )
+
+
+if __name__ == "__main__":
+    main()
