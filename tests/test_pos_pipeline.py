@@ -14,6 +14,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from sparkiq.pos import pipeline as pos
 from sparkiq.pos.generator import InvoiceGenerator
+from sparkiq.pos.oracle import PosOracle
 
 pytest_plugins = ["spark_fixtures"]
 
@@ -60,6 +61,22 @@ def test_each_invoice_is_parsed_once_when_the_valid_ones_are_kept(spark: Any) ->
     plan = kept._jdf.queryExecution().executedPlan().toString()
     assert plan.count("from_json(") == 1, plan
     assert kept.count() == 1
+
+
+def test_store_sales_sums_each_store_and_minute_as_the_oracle_does(spark: Any) -> None:
+    # Two hours of invoices, every ~40 s: many stores share a minute, a bad record none.
+    invoices = list(InvoiceGenerator(5).invoices(180, start_ms=1_700_000_000_000, step_ms=40_000))
+    values: list[bytes | None] = [json.dumps(inv).encode() for inv in invoices]
+    values.append(_with(InvoiceLineItems=[]))
+    sales = pos.store_sales(pos.valid_invoices(pos.parse_invoices(_raw(spark, values))))
+    got = {
+        (row.StoreID, int(row.window.start.timestamp() * 1000)): {
+            "Sales": float(row.Sales),
+            "Invoices": row.Invoices,
+        }
+        for row in sales.collect()
+    }
+    assert got == PosOracle.of(invoices).store_sales
 
 
 class FakeState:
