@@ -134,7 +134,7 @@ def main() -> None:
     )
     parser.add_argument("--small-batches", type=int, default=25)
     parser.add_argument(
-        "--warmup-batches", type=int, default=3, help="batches of each pass not counted"
+        "--warmup-batches", type=int, default=5, help="batches of each pass not counted"
     )
     parser.add_argument("--seconds", type=float, default=30.0, help="rate reference duration")
     parser.add_argument(
