@@ -22,7 +22,7 @@ Invoices (JSON, keyed by store id) arrive on ``pos``. Each query parses each inv
 
 One state for both customer tables instead of a query each: every query reads and parses
 the whole input and has a fixed cost per micro-batch, which on a small machine is most of
-a table's freshness. Fewer queries than three are not possible: Spark refuses an
+a table's freshness. Merging further would not read the input fewer times: Spark refuses an
 ``applyInPandasWithState`` in update mode and an aggregation in one query, and a stateless
 branch unioned into a stateful query still gets a scan of its own (BENCHMARKS.md, session 7).
 
