@@ -401,14 +401,17 @@ class PoolForwarder:
         waiter = self._begin(conn, origin, request, asyncio.get_running_loop().time() + budget_s)
 
         def done(waiter: asyncio.Future[_Answer]) -> None:
-            exc = None if waiter.cancelled() else waiter.exception()
-            if exc is None and not waiter.cancelled():
+            if waiter.cancelled():
+                on_answer(None)
+                return
+            exc = waiter.exception()
+            if exc is None:
                 on_answer(_response(waiter.result()))
             elif isinstance(exc, _Broken) and not exc.got_bytes:
                 on_answer(None)  # no answer began: e.g. the owner had closed the connection
             elif isinstance(exc, _Expired | _Broken | OSError):
                 on_answer(_unreachable(base_url, budget_s, exc))
-            else:  # cancelled, or an error this pool does not expect
+            else:  # an error this pool does not expect
                 on_answer(None)
 
         waiter.add_done_callback(done)
