@@ -63,7 +63,7 @@ import json, sys
 from sparkiq.pos import pipeline as pos
 from sparkiq.spark.session import local_session
 
-stage, bootstrap, batch, small_batch, partitions, checkpoint = sys.argv[1:7]
+stage, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint = sys.argv[1:9]
 spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions))
 
 def query(topic, per_batch, cp):
@@ -88,8 +88,8 @@ def run(topic, per_batch, cp):
         q.awaitTermination()
     return [[p for p in q.recentProgress if p.numInputRows == int(per_batch)] for q in queries]
 
-big = run("pos", batch, checkpoint + "-big")
-small = run("pos-small", small_batch, checkpoint + "-small")
+big = run(source, batch, checkpoint + "-big")
+small = run(small_source, small_batch, checkpoint + "-small")
 print(json.dumps({
     "rows_per_s": [[p.processedRowsPerSecond for p in q] for q in big],
     "batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in big],
@@ -110,6 +110,8 @@ def run_stage(
             STAGE,
             stage,
             bootstrap,
+            SOURCE,
+            SMALL,
             str(batch),
             str(small_batch),
             str(shuffle_partitions),
