@@ -2,8 +2,8 @@
 
 What a client relies on beyond single requests: answers in request order on a pipelined
 connection (also when one of them waits in a task), keep-alive and `Connection: close`,
-HTTP/1.0, HEAD, `Expect: 100-continue`, bodies over the limit, malformed requests, and the
-idle and request timeouts.
+HTTP/1.0, HEAD, `Expect: 100-continue`, bodies over the limit, malformed requests, the
+idle and request timeouts, and the plain lane (a plain GET answered without the parser).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from sparkiq.broker import free_port
 from sparkiq.http import HttpApi, HttpSettings
-from sparkiq.http.loopserver import LoopServer
+from sparkiq.http.loopserver import LoopServer, plain_get
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 
@@ -231,3 +231,70 @@ async def test_stop_closes_open_connections(server: LoopServer) -> None:
     assert await closed_by_server(reader)
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection(server.host, server.port)
+
+
+def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
+    assert plain_get(get("/v1/tables/users/keys/user-1")) == b"/v1/tables/users/keys/user-1"
+    assert plain_get(get("/healthz", "User-Agent: x", "Accept: */*")) == b"/healthz"
+    declined = [
+        get("/v1/tables/users/range?limit=2"),  # a query
+        get("/v1/tables/users/keys/user-1").replace(b"GET", b"HEAD"),
+        get("/v1/tables/users/keys/user-1").replace(b"HTTP/1.1", b"HTTP/1.0"),
+        get("/healthz")[:-2],  # not whole
+        get("/healthz") + get("/healthz"),  # two requests
+        get("/v1/tables/users/keys/a b"),  # a space in the target
+        get("/healthz", "Content-Length: 0"),
+        get("/healthz", "Transfer-Encoding: chunked"),
+        get("/healthz", "Connection: close"),
+        get("/healthz", "Expect: 100-continue"),
+        get("/healthz", "Upgrade: h2c"),
+        get("/healthz", "Authorization: Bearer t"),
+        get("/healthz", "X-API-Key: k"),
+        get("/healthz", "X-Request-Id: r"),
+        get("/healthz", "X-Sparkiq-Hops: 1"),
+        get("/healthz", "X-Sparkiq-Budget-Ms: 100"),
+        get("/healthz", "x-sparkiq-cluster: s"),
+        get("/healthz", "content-length : 0"),  # odd spelling: still the parser's
+    ]
+    for request in declined:
+        assert plain_get(request) is None, request
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/tables/users/keys/user-2",  # a local key
+        "/v1/tables/users/keys/nobody",  # absent: 404
+        "/v1/tables/users/keys/a%2Fb",  # percent-encoded
+        "/v1/tables/nope/keys/x",  # unknown table: declined to the generic path
+        "/v1/tables/users/keys/",  # no key: the generic path
+        "/v1/tables/users/range",  # the generic path, in a task
+        "/healthz",
+        "/nowhere",
+    ],
+)
+async def test_the_plain_lane_answers_as_the_parser_does(server: LoopServer, path: str) -> None:
+    reader, writer = await connect(server)
+    writer.write(get(path))  # the lane
+    plain = await read_answer(reader)
+    writer.write(get(path, "Connection: keep-alive"))  # the parser's way, same meaning
+    parsed = await read_answer(reader)
+    assert (plain.status, plain.body) == (parsed.status, parsed.body)
+    del plain.headers["x-request-id"], parsed.headers["x-request-id"]
+    assert plain.headers == parsed.headers
+    writer.close()
+
+
+async def test_a_request_begun_in_one_read_is_finished_by_the_next(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    # The second read alone looks like a plain GET, but it is the rest of a header value.
+    writer.write(b"GET /nowhere HTTP/1.1\r\nx-note: ")
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.write(get("/v1/tables/users/keys/user-1"))
+    answer = await read_answer(reader)
+    assert answer.status == 404
+    assert answer.json()["error"]["code"] == "no_route"  # type: ignore[index]
+    writer.write(get("/v1/tables/users/keys/user-1"))  # then the lane again
+    assert (await read_answer(reader)).json()["value"] == {"n": 1}
+    writer.close()

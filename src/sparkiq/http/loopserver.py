@@ -17,6 +17,14 @@ What a connection does:
 - a body over `HttpSettings.max_body_bytes` (declared or counted) gets 413 and the connection
   closes; a request httptools cannot parse gets 400 and the connection closes;
 - reading pauses while the transport's write buffer is full or too many requests wait.
+
+The plain lane: most lookups arrive as one read holding one `GET <path> HTTP/1.1` whose headers
+are only of the kind nothing here reads (Host, User-Agent, Accept...). Such a read goes
+straight to `_answer` with no headers, without the parser and its callbacks (BENCHMARKS.md,
+session 8). A read with anything else -- another method or version, a query, more or less
+than one whole request, a header that frames the message, changes the connection or is read
+by the node (`_LANE_HEADERS`) -- takes the parser's way as before. The answers are the same
+bytes either way (tests/test_http_loopserver.py).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import ssl
 import time
 from collections import deque
@@ -34,6 +43,7 @@ from typing import cast
 
 import httptools
 
+from sparkiq.auth import Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
@@ -56,6 +66,38 @@ _API_KEY = API_KEY_HEADER.encode()
 _CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _INTERNAL = error_response(500, "internal", "internal error; the node logged the details")
+
+# The plain lane (module docstring). The request line of a GET the lane may take: the target
+# printable ASCII without spaces or a query (a query goes to the generic path, which reads it).
+_PLAIN_GET = re.compile(rb"GET (/[!->@-~]*) HTTP/1\.1\r\n")
+# Header names that send a request the parser's way: framing and connection handling, and
+# every header the gate, the key path or the generic path reads. A name that merely starts
+# with one of them does too (only ever a needless detour).
+_LANE_HEADERS = (
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "expect",
+    "upgrade",
+    "authorization",
+    API_KEY_HEADER,
+    REQUEST_ID_HEADER,
+    HOPS_HEADER,
+    BUDGET_HEADER,
+    CLUSTER_HEADER,
+)
+_NOT_PLAIN = re.compile(b"\n(?:" + b"|".join(re.escape(h.encode()) for h in _LANE_HEADERS) + b")")
+
+
+def plain_get(data: bytes) -> bytes | None:
+    """The target of `data` if it is exactly one plain GET the lane may answer, else None."""
+    line = _PLAIN_GET.match(data)
+    if line is None or data.find(b"\r\n\r\n") != len(data) - 4:
+        return None
+    # From the request line's CRLF on, lower-cased: every header line starts after a "\n".
+    if _NOT_PLAIN.search(data[line.end() - 1 :].lower()) is not None:
+        return None
+    return line.group(1)
 
 
 @dataclass(slots=True)
@@ -92,6 +134,7 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._body_size = 0
         self._too_large = False
+        self._in_message = False  # the parser has begun a request it has not completed
         self._queue: deque[_Request] = deque()  # parsed, waiting for the one in `_task`
         # The answer being awaited (a task, or a forward's future), and how to send it.
         self._task: asyncio.Future[Response] | None = None
@@ -122,6 +165,14 @@ class _Connection(asyncio.Protocol):
         if self._closing:
             return
         now = self.last_active = time.monotonic()
+        if (
+            not self._in_message
+            and self._task is None
+            and not self._queue
+            and (target := plain_get(data)) is not None
+        ):
+            self._answer_plain(target)
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -129,7 +180,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._refuse(400, f"malformed HTTP request: {exc}")
         # A request begun and not complete is timed from its first bytes.
-        if not self._target:
+        if not self._in_message:
             self.started = None
         elif self.started is None:
             self.started = now
@@ -143,6 +194,9 @@ class _Connection(asyncio.Protocol):
         self._maybe_resume_reading()
 
     # -- parser callbacks --------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
 
     def on_url(self, url: bytes) -> None:
         self._target += url
@@ -185,6 +239,7 @@ class _Connection(asyncio.Protocol):
         target, headers, body, too_large = self._target, self._headers, self._body, self._too_large
         self._target, self._headers, self._body, self._too_large = b"", {}, [], False
         self._body_size = 0
+        self._in_message = False
         if self._closing:
             return
         method = parser.get_method().decode("ascii")
@@ -212,8 +267,6 @@ class _Connection(asyncio.Protocol):
             self._write(self._api.body_too_large(), keep_alive=False, with_id=False)
             return
         try:
-            path_bytes, _, query_bytes = target.partition(b"?")
-            path = path_bytes.decode("latin-1")
             # Header values are decoded only when present (most requests carry none of these).
             get = headers.get
             hops = get(_HOPS)
@@ -223,7 +276,7 @@ class _Connection(asyncio.Protocol):
             signature = get(_CLUSTER)
             admitted = self._gate.admit(
                 method,
-                path,
+                target.partition(b"?")[0].decode("latin-1"),
                 target.decode("latin-1"),
                 authorization=None if authorization is None else authorization.decode("latin-1"),
                 api_key=None if api_key is None else api_key.decode("latin-1"),
@@ -234,23 +287,58 @@ class _Connection(asyncio.Protocol):
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=keep_alive, head=method == "HEAD")
                 return
-            if method == "GET" and not query_bytes:
-                found = self._keys.answer_now(path_bytes, hops, get(_BUDGET), admitted)
-                if isinstance(found, Response):
-                    self._write(found, keep_alive=keep_alive)
-                    return
-                if isinstance(found, Pending):
-                    forwarded = self._keys.forward_now(found)
-                    self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
-                    return
-            text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
-            answer = self._api.handle(
-                method, path, query_bytes.decode("latin-1"), text_headers, b"".join(body), admitted
-            )
-            self._wait(self._task_for(answer), keep_alive, head=method == "HEAD")
+            self._dispatch(target, method, headers, body, keep_alive, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
-            log.error("unexpected error answering a request", exc_info=exc)
-            self._write(_INTERNAL, keep_alive=False)
+            self._internal_error(exc)
+
+    def _answer_plain(self, target: bytes) -> None:
+        """`_answer` for a request of the plain lane: a GET of `target` (no query) without
+        any header the gate or the API reads, on a connection that keeps alive."""
+        try:
+            admitted = self._gate.admit_plain(target.decode("latin-1"))
+            if isinstance(admitted, Response):
+                self._write(admitted, keep_alive=True)
+                return
+            self._dispatch(target, "GET", {}, [], True, admitted)
+        except Exception as exc:  # the API answers its own errors; this is a last resort
+            self._internal_error(exc)
+
+    def _dispatch(
+        self,
+        target: bytes,
+        method: str,
+        headers: dict[bytes, bytes],
+        body: list[bytes],
+        keep_alive: bool,
+        identity: Identity,
+    ) -> None:
+        """Answer an admitted request: the key path, or the generic dispatch in a task."""
+        path_bytes, _, query_bytes = target.partition(b"?")
+        if method == "GET" and not query_bytes:
+            found = self._keys.answer_now(
+                path_bytes, headers.get(_HOPS), headers.get(_BUDGET), identity
+            )
+            if isinstance(found, Response):
+                self._write(found, keep_alive=keep_alive)
+                return
+            if isinstance(found, Pending):
+                forwarded = self._keys.forward_now(found)
+                self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
+                return
+        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+        answer = self._api.handle(
+            method,
+            path_bytes.decode("latin-1"),
+            query_bytes.decode("latin-1"),
+            text_headers,
+            b"".join(body),
+            identity,
+        )
+        self._wait(self._task_for(answer), keep_alive, head=method == "HEAD")
+
+    def _internal_error(self, exc: Exception) -> None:
+        log.error("unexpected error answering a request", exc_info=exc)
+        self._write(_INTERNAL, keep_alive=False)
 
     @staticmethod
     def _task_for(answer: Coroutine[object, object, Response]) -> asyncio.Future[Response]:
