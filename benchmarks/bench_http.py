@@ -2,7 +2,8 @@
 
 Measures with wrk (-t1 -c32, random keys out of 100k) on 127.0.0.1:
   1. nginx returning a fixed JSON body             -- the machine's HTTP ceiling
-  2. a minimal granian RSGI app, dict lookup       -- benchmarks/refapp.py, the Python floor
+  2. minimal apps, dict lookup (benchmarks/refapp.py) -- the Python floor of each stack:
+     on the loop server's stack (uvloop, asyncio protocol, httptools) and on granian RSGI
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
 for each node interface asked for (`loop`: sparkiq's own server on the node's loop, the
@@ -54,6 +55,8 @@ PY = sys.executable
 KEYS = 100_000
 PARTITIONS = 4
 CONNECTIONS = 32
+# The minimal app on the stack the loop server is built on (refapp.py --interface loop).
+LOOP_REF = "uvloop+httptools dict"
 FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
 BENCH_SECRET = b"bench-secret-" * 4
 # Command prefixes that pin the servers and wrk to CPUs (`--pin`); empty: not pinned.
@@ -404,6 +407,22 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
             wait_port(port, proc)
             servers.append(Server("granian RSGI dict", port, "/k/k", [proc.pid]))
 
+            port = free_port()
+            proc = subprocess.Popen(
+                [
+                    *SERVER_CPUS,
+                    PY,
+                    str(HERE / "refapp.py"),
+                    "--port",
+                    str(port),
+                    "--interface",
+                    "loop",
+                ]
+            )
+            procs.append(proc)
+            wait_port(port, proc)
+            servers.append(Server(LOOP_REF, port, "/k/k", [proc.pid]))
+
             for interface in interfaces:
                 owner_port, fwd_port = free_port(), free_port()
                 # All owners run at once, and a store is open in one process only.
@@ -477,13 +496,14 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
     interfaces = [r.name.rsplit(" ", 1)[1] for r in rounds[0] if r.name.startswith("sparkiq local")]
     print()
     for interface in interfaces:
-        local_nginx, fwd_local, p99s, local_raw = [], [], [], []
+        local_nginx, fwd_local, p99s, local_raw, local_ref = [], [], [], [], []
         for results in rounds:
             by = {r.name: r for r in results}
             local = by[f"sparkiq local {interface}"]
             fwd = by[f"sparkiq forwarded {interface}"]
             local_nginx.append(local.rps / by["nginx fixed body"].rps)
             local_raw.append(local.rps / by["granian RSGI dict"].rps)
+            local_ref.append(local.rps / by[LOOP_REF].rps)
             fwd_local.append(fwd.rps / local.rps)
             p99s.append(local.p99_ms)
         ok_local = median(local_nginx) >= 1 / 3 and median(p99s) < 3
@@ -497,6 +517,10 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             f"[{interface}] forwarded/local per round {_list(fwd_local)}, median"
             f" {median(fwd_local):.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'});"
             f" local/raw granian app median {median(local_raw):.2f}"
+        )
+        print(
+            f"[{interface}] local/minimal app on the loop's stack per round {_list(local_ref)},"
+            f" median {median(local_ref):.2f}"
         )
 
 
