@@ -19,12 +19,12 @@ What a connection does:
 - reading pauses while the transport's write buffer is full or too many requests wait.
 
 The plain lane: most lookups arrive as one read holding one `GET <path> HTTP/1.1` whose headers
-are only of the kind nothing here reads (Host, User-Agent, Accept...). Such a read goes
-straight to `_answer` with no headers, without the parser and its callbacks (BENCHMARKS.md,
-session 8). A read with anything else -- another method or version, a query, more or less
-than one whole request, a header that frames the message, changes the connection or is read
-by the node (`_LANE_HEADERS`) -- takes the parser's way as before. The answers are the same
-bytes either way (tests/test_http_loopserver.py).
+are only of the kind nothing here reads (Host, User-Agent, Accept...). Such a read is
+answered by `_answer_plain` without the parser, its callbacks and the header bookkeeping
+(BENCHMARKS.md, session 8). A read with anything else -- another method or version, a query,
+more or less than one whole request, a header that frames the message, changes the
+connection or is read by the node (`_LANE_HEADERS`) -- takes the parser's way. Both ways
+give the same answers (tests/test_http_loopserver.py).
 """
 
 from __future__ import annotations
