@@ -74,6 +74,18 @@ def test_checkpoint_survives_close_and_reopen(registry: StoreRegistry, tmp_path:
     again.close_all()
 
 
+def test_reopening_keeps_a_bounded_number_of_info_logs(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    path = store.path
+    for _ in range(8):  # a node restarted or the partition moved back, again and again
+        registry.close(TABLE.name, 0)
+        registry.open(TABLE, 0)
+    registry.close(TABLE.name, 0)
+    logs = [f.name for f in path.iterdir() if f.name.startswith("LOG")]
+    assert "LOG" in logs
+    assert len(logs) <= 3
+
+
 def test_checkpoint_is_invisible_to_scans(registry: StoreRegistry) -> None:
     store = registry.open(TABLE, 0)
     store.apply([(b"next_offset", b"user-data"), (b"table", b"also-user-data")], next_offset=9)

@@ -59,6 +59,7 @@ _META_CF = "meta"
 _OFFSET_KEY = b"next_offset"
 _TABLE_KEY = b"table"
 _IMMUTABLE_MEMTABLES = "rocksdb.num-immutable-mem-table"  # full memtables not yet flushed
+_KEEP_INFO_LOGS = 3  # RocksDB's info logs kept per store: the current one and two old ones
 
 
 class _Background(Enum):
@@ -81,6 +82,9 @@ def _options() -> Options:
     # partition turns ACTIVE, and LZ4 took ~0.1 us/record less CPU in those flushes (files
     # written with Snappy stay readable).
     opts.set_compression_type(DBCompressionType.lz4())
+    # RocksDB starts a new info LOG at every open and keeps up to 1000 old ones by default:
+    # a store reopened at each restart or move would collect them without end.
+    opts.set_keep_log_file_num(_KEEP_INFO_LOGS)
     return opts
 
 
