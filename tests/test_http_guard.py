@@ -5,6 +5,7 @@ cluster signature, the concurrency limit and the request id -- over real servers
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -321,6 +322,11 @@ def test_admit_plain_decides_as_admit_without_headers(
 ) -> None:
     """The plain lane's shortcut: the same identity or refusal, and a fresh request id."""
     auth = auth_config(tmp_path) if required else AuthConfig.none()
+    # In a context of its own: the request id and forward headers set here stay here.
+    contextvars.copy_context().run(_compare_admits, auth, path)
+
+
+def _compare_admits(auth: AuthConfig, path: str) -> None:
     for limit, in_flight in ((4, 0), (4, 4)):
         gate = Gate(auth, HttpSettings(max_in_flight=limit), HttpMetrics())
         gate.in_flight = in_flight
