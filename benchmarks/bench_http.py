@@ -55,7 +55,8 @@ PY = sys.executable
 KEYS = 100_000
 PARTITIONS = 4
 CONNECTIONS = 32
-# The minimal app on the stack the loop server is built on (refapp.py --interface loop).
+# The minimal apps (refapp.py): on granian RSGI, and on the stack the loop server is built on.
+GRANIAN_REF = "granian RSGI dict"
 LOOP_REF = "uvloop+httptools dict"
 FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
 BENCH_SECRET = b"bench-secret-" * 4
@@ -399,29 +400,13 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
             wait_port(port, proc)
             servers.append(Server("nginx fixed body", port, key_prefix, [proc.pid]))
 
-            port = free_port()
-            proc = subprocess.Popen(
-                [*SERVER_CPUS, PY, str(HERE / "refapp.py"), "--port", str(port)]
-            )
-            procs.append(proc)
-            wait_port(port, proc)
-            servers.append(Server("granian RSGI dict", port, "/k/k", [proc.pid]))
-
-            port = free_port()
-            proc = subprocess.Popen(
-                [
-                    *SERVER_CPUS,
-                    PY,
-                    str(HERE / "refapp.py"),
-                    "--port",
-                    str(port),
-                    "--interface",
-                    "loop",
-                ]
-            )
-            procs.append(proc)
-            wait_port(port, proc)
-            servers.append(Server(LOOP_REF, port, "/k/k", [proc.pid]))
+            for name, ref_interface in ((GRANIAN_REF, "rsgi"), (LOOP_REF, "loop")):
+                port = free_port()
+                refapp = [str(HERE / "refapp.py"), "--port", str(port)]
+                proc = subprocess.Popen([*SERVER_CPUS, PY, *refapp, "--interface", ref_interface])
+                procs.append(proc)
+                wait_port(port, proc)
+                servers.append(Server(name, port, "/k/k", [proc.pid]))
 
             for interface in interfaces:
                 owner_port, fwd_port = free_port(), free_port()
@@ -502,7 +487,7 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             local = by[f"sparkiq local {interface}"]
             fwd = by[f"sparkiq forwarded {interface}"]
             local_nginx.append(local.rps / by["nginx fixed body"].rps)
-            local_raw.append(local.rps / by["granian RSGI dict"].rps)
+            local_raw.append(local.rps / by[GRANIAN_REF].rps)
             local_ref.append(local.rps / by[LOOP_REF].rps)
             fwd_local.append(fwd.rps / local.rps)
             p99s.append(local.p99_ms)
