@@ -5,7 +5,6 @@ cluster signature, the concurrency limit and the request id -- over real servers
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -14,14 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkiq.auth import EVERYONE, AuthConfig
+from sparkiq.auth import AuthConfig
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings, Interface
-from sparkiq.http.guard import FORWARD_HEADERS, Gate
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID
-from sparkiq.http.responses import Response
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 from tests.auth_support import CLUSTER_SECRET, SECRET, hs256, tamper, write
@@ -313,45 +310,3 @@ async def test_forwards_go_only_to_the_owner_the_assignment_names(
         assert r.json()["node"] == pair.b.url
         assert r.json()["value"] == key
     assert all(decoy.local_store((USERS.topic, p)).reads == 0 for p in range(USERS.partitions))
-
-
-@pytest.mark.parametrize("required", [False, True])
-@pytest.mark.parametrize("path", ["/v1/tables/users/keys/user-1", "/healthz"])
-def test_admit_plain_decides_as_admit_without_headers(
-    tmp_path: Path, required: bool, path: str
-) -> None:
-    """The plain lane's shortcut: the same identity or refusal, and a fresh request id."""
-    auth = auth_config(tmp_path) if required else AuthConfig.none()
-    # In a context of its own: the request id and forward headers set here stay here.
-    contextvars.copy_context().run(_compare_admits, auth, path)
-
-
-def _compare_admits(auth: AuthConfig, path: str) -> None:
-    for limit, in_flight in ((4, 0), (4, 4)):
-        gate = Gate(auth, HttpSettings(max_in_flight=limit), HttpMetrics())
-        gate.in_flight = in_flight
-        plain = gate.admit_plain(path)
-        plain_id, plain_forward = REQUEST_ID.get(), FORWARD_HEADERS.get()
-        full = gate.admit(
-            "GET",
-            path,
-            path,
-            authorization=None,
-            api_key=None,
-            request_id=None,
-            hops=None,
-            signature=None,
-        )
-        if isinstance(full, Response):
-            assert isinstance(plain, Response)
-            assert (plain.status, plain.body, plain.headers) == (
-                full.status,
-                full.body,
-                full.headers,
-            )
-        else:
-            assert plain == full
-            if plain is EVERYONE:  # a caller who may be forwarded (not an ops request)
-                assert plain_forward == f"x-request-id: {plain_id}\r\n"
-        assert plain_id is not None
-        assert plain_id != REQUEST_ID.get()

@@ -23,15 +23,10 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from sparkiq.auth import EVERYONE, AuthConfig, Authenticator, Identity
+from sparkiq.auth import AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.requestid import (
-    REQUEST_ID,
-    REQUEST_ID_HEADER,
-    accept_request_id,
-    new_request_id,
-)
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
 from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
 from sparkiq.http.settings import HttpSettings
 
@@ -117,30 +112,6 @@ class Gate:
             lines += f"authorization: {authorization}\r\n"
         FORWARD_HEADERS.set(lines)
         return found
-
-    def admit_plain(self, path: str) -> Identity | Response:
-        """`admit` for a GET of `path` (no query) that carries none of the headers it reads.
-
-        The same outcome by fewer steps when the node authenticates no one: the caller is
-        `EVERYONE` unless the node is at its limit.
-        """
-        if self.authenticator.enabled or path in OPS_PATHS:
-            return self.admit(
-                "GET",
-                path,
-                path,
-                authorization=None,
-                api_key=None,
-                request_id=None,
-                hops=None,
-                signature=None,
-            )
-        rid = new_request_id()
-        REQUEST_ID.set(rid)
-        if self.in_flight >= self.max_in_flight:
-            return self._refuse(self._busy)
-        FORWARD_HEADERS.set(f"{REQUEST_ID_HEADER}: {rid}\r\n")
-        return EVERYONE
 
     def _refuse(self, response: Response) -> Response:
         """Count a refusal here: no endpoint answers it."""

@@ -274,9 +274,10 @@ class _Connection(asyncio.Protocol):
             api_key = get(_API_KEY)
             request_id = get(_REQUEST_ID)
             signature = get(_CLUSTER)
+            path, _, query = target.partition(b"?")
             admitted = self._gate.admit(
                 method,
-                target.partition(b"?")[0].decode("latin-1"),
+                path.decode("latin-1"),
                 target.decode("latin-1"),
                 authorization=None if authorization is None else authorization.decode("latin-1"),
                 api_key=None if api_key is None else api_key.decode("latin-1"),
@@ -287,25 +288,36 @@ class _Connection(asyncio.Protocol):
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=keep_alive, head=method == "HEAD")
                 return
-            self._dispatch(target, method, headers, body, keep_alive, admitted)
+            self._dispatch(path, query, method, headers, body, keep_alive, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
-    def _answer_plain(self, target: bytes) -> None:
-        """`_answer` for a request of the plain lane: a GET of `target` (no query) without
-        any header the gate or the API reads, on a connection that keeps alive."""
+    def _answer_plain(self, path: bytes) -> None:
+        """`_answer` for a request of the plain lane: a GET of `path` (no query) without any
+        header the gate or the API reads, on a connection that keeps alive."""
         try:
-            admitted = self._gate.admit_plain(target.decode("latin-1"))
+            text = path.decode("latin-1")
+            admitted = self._gate.admit(
+                "GET",
+                text,
+                text,
+                authorization=None,
+                api_key=None,
+                request_id=None,
+                hops=None,
+                signature=None,
+            )
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
-            self._dispatch(target, "GET", {}, [], True, admitted)
+            self._dispatch(path, b"", "GET", {}, [], True, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
     def _dispatch(
         self,
-        target: bytes,
+        path: bytes,
+        query: bytes,
         method: str,
         headers: dict[bytes, bytes],
         body: list[bytes],
@@ -313,11 +325,8 @@ class _Connection(asyncio.Protocol):
         identity: Identity,
     ) -> None:
         """Answer an admitted request: the key path, or the generic dispatch in a task."""
-        path_bytes, _, query_bytes = target.partition(b"?")
-        if method == "GET" and not query_bytes:
-            found = self._keys.answer_now(
-                path_bytes, headers.get(_HOPS), headers.get(_BUDGET), identity
-            )
+        if method == "GET" and not query:
+            found = self._keys.answer_now(path, headers.get(_HOPS), headers.get(_BUDGET), identity)
             if isinstance(found, Response):
                 self._write(found, keep_alive=keep_alive)
                 return
@@ -328,8 +337,8 @@ class _Connection(asyncio.Protocol):
         text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
         answer = self._api.handle(
             method,
-            path_bytes.decode("latin-1"),
-            query_bytes.decode("latin-1"),
+            path.decode("latin-1"),
+            query.decode("latin-1"),
             text_headers,
             b"".join(body),
             identity,
