@@ -33,6 +33,7 @@ from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import Call, LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
+from sparkiq.http.view import ReadableStore
 from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import KeyCodec, ValueCodec
@@ -73,26 +74,53 @@ def read_key(
     node: str,
 ) -> Answer:
     """A single-key read from a local replica: 200 with the value, or 404 when absent."""
-    outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
-    value = replica.store.get(store_key)
+    return _read(
+        replica.store,
+        replica.offset,
+        replica.is_standby,
+        table.name,
+        orjson.dumps(table.name),
+        pair,
+        key_text,
+        wire,
+        store_key,
+        partition,
+        orjson.dumps(node),
+    )
+
+
+def _read(
+    store: ReadableStore,
+    offset: int | None,
+    standby: bool,
+    name: str,
+    name_json: bytes,
+    pair: tuple[KeyCodec, ValueCodec],
+    key_text: str,
+    wire: bytes,
+    store_key: bytes,
+    partition: int,
+    node_json: bytes,
+) -> Answer:
+    """`read_key` with the table's and the node's JSON made already (the key path keeps them)."""
+    outcome = Outcome.STANDBY if standby else Outcome.LOCAL
+    value = store.get(store_key)
     if value is None:
         failure = Failure(
             FailureReason.NOT_FOUND,
-            f"key {key_text!r} is not in table {table.name!r} "
-            f"(partition {partition}, offset {replica.offset})",
+            f"key {key_text!r} is not in table {name!r} (partition {partition}, offset {offset})",
         )
         return failure_response(failure), outcome
     key_codec, value_codec = pair
-    offset = replica.offset
     body = _ANSWER % (
-        orjson.dumps(table.name),
+        name_json,
         orjson.dumps(key_codec.render(wire)),
         # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
         value_codec.render_json(value),
         partition,
         b"null" if offset is None else b"%d" % offset,
-        orjson.dumps(node),
-        b"true" if replica.is_standby else b"false",
+        node_json,
+        b"true" if standby else b"false",
     )
     return Response(200, body), outcome
 
@@ -119,6 +147,7 @@ class _Table:
     # String keys: the UTF-8 of the path text is both the wire form and the store key, so
     # an ASCII segment without '%' is used as it arrives.
     text_is_wire: bool
+    name_json: bytes  # the table's name as JSON, for the answer body
 
 
 class KeyPath:
@@ -133,6 +162,8 @@ class KeyPath:
         self._max_key = api.settings.max_key_bytes
         self._forwarder = api.forwarder
         self._tables: dict[bytes, _Table] = {}
+        self._node = ""  # the node's URL when `_node_json` was made
+        self._node_json = b'""'
 
     async def answer(
         self,
@@ -207,26 +238,42 @@ class KeyPath:
             tp = entry.tps[partition]
             # The common case first: this node's active replica, without a `Placement`.
             local = view.local_active(tp)
-            found = (
-                self._resolve(tp, None) if local is None else LocalReplica(*local, is_standby=False)
-            )
+            if local is not None:
+                store, offset = local
+                standby = False
+            else:
+                found = self._resolve(tp, None)
+                if not isinstance(found, LocalReplica):  # forward, or wait
+                    node = view.url
+                    if call is None:
+                        call = new_call(self._settings, None, None, path.decode("latin-1"))
+                    assert isinstance(call, Call)  # a Failure declined above; no headers can't fail
+                    return Pending(
+                        path,
+                        started,
+                        tp,
+                        call,
+                        lambda replica: read_key(
+                            table, entry.codecs, key_text, wire, store_key, partition, replica, node
+                        ),
+                        found,
+                    )
+                store, offset, standby = found.store, found.offset, found.is_standby
             node = view.url
-            if not isinstance(found, LocalReplica):  # forward, or wait
-                if call is None:
-                    call = new_call(self._settings, None, None, path.decode("latin-1"))
-                assert isinstance(call, Call)  # a Failure declined above; no headers cannot fail
-                return Pending(
-                    path,
-                    started,
-                    tp,
-                    call,
-                    lambda replica: read_key(
-                        table, entry.codecs, key_text, wire, store_key, partition, replica, node
-                    ),
-                    found,
-                )
-            response, outcome = read_key(
-                table, entry.codecs, key_text, wire, store_key, partition, found, node
+            if node is not self._node:
+                self._node, self._node_json = node, orjson.dumps(node)
+            response, outcome = _read(
+                store,
+                offset,
+                standby,
+                table.name,
+                entry.name_json,
+                entry.codecs,
+                key_text,
+                wire,
+                store_key,
+                partition,
+                self._node_json,
             )
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
@@ -295,6 +342,7 @@ class KeyPath:
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),
             text_is_wire=table.key_format is Format.STRING,
+            name_json=orjson.dumps(table.name),
         )
         if len(self._tables) >= _MAX_TABLES:
             self._tables.clear()

@@ -310,7 +310,13 @@ class _Connection(asyncio.Protocol):
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
-            self._dispatch(path, b"", "GET", {}, [], True, admitted)
+            found = self._keys.answer_now(path, None, None, admitted)
+            if isinstance(found, Response):
+                self._write(found, keep_alive=True)
+            elif isinstance(found, Pending):
+                self._forward(found, keep_alive=True)
+            else:
+                self._generic(path, b"", "GET", {}, [], True, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
@@ -331,9 +337,26 @@ class _Connection(asyncio.Protocol):
                 self._write(found, keep_alive=keep_alive)
                 return
             if isinstance(found, Pending):
-                forwarded = self._keys.forward_now(found)
-                self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
+                self._forward(found, keep_alive=keep_alive)
                 return
+        self._generic(path, query, method, headers, body, keep_alive, identity)
+
+    def _forward(self, pending: Pending, *, keep_alive: bool) -> None:
+        """A key read the key path left pending: ask the owner, or wait in a task."""
+        forwarded = self._keys.forward_now(pending)
+        self._wait(forwarded or self._task_for(self._keys.finish(pending)), keep_alive)
+
+    def _generic(
+        self,
+        path: bytes,
+        query: bytes,
+        method: str,
+        headers: dict[bytes, bytes],
+        body: list[bytes],
+        keep_alive: bool,
+        identity: Identity,
+    ) -> None:
+        """Everything but a key read answered by the key path: `HttpApi.handle` in a task."""
         text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
         answer = self._api.handle(
             method,

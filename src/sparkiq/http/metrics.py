@@ -72,6 +72,18 @@ class _Latency:
         self.total = 0.0
 
 
+class _Slot:
+    """The request count of one (endpoint, outcome, status), and the latency histogram of
+    its (endpoint, outcome), shared by every status: what one observation adds to, found
+    with one dict lookup."""
+
+    __slots__ = ("latency", "n")
+
+    def __init__(self, latency: _Latency) -> None:
+        self.n = 0
+        self.latency = latency
+
+
 Observe = Callable[[str, Outcome, int, float], None]
 
 
@@ -87,7 +99,7 @@ class HttpMetrics(Collector):
         self, registry: CollectorRegistry | None = None, *, access_log: bool = False
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._requests: dict[tuple[str, Outcome, int], int] = {}
+        self._requests: dict[tuple[str, Outcome, int], _Slot] = {}
         self._latency: dict[tuple[str, Outcome], _Latency] = {}
         self._forward_errors: dict[tuple[ForwardError, str], int] = {}
         self.observe: Observe = self._count_and_log if access_log else self._count
@@ -115,19 +127,22 @@ class HttpMetrics(Collector):
         )
 
     def _count(self, endpoint: str, outcome: Outcome, status: int, seconds: float) -> None:
-        key = (endpoint, outcome, status)
-        self._requests[key] = self._requests.get(key, 0) + 1
-        latency = self._latency.get((endpoint, outcome))
-        if latency is None:
-            latency = self._latency[(endpoint, outcome)] = _Latency()
+        slot = self._requests.get((endpoint, outcome, status))
+        if slot is None:
+            latency = self._latency.get((endpoint, outcome))
+            if latency is None:
+                latency = self._latency[(endpoint, outcome)] = _Latency()
+            slot = self._requests[(endpoint, outcome, status)] = _Slot(latency)
+        slot.n += 1
+        latency = slot.latency
         latency.counts[bisect_left(BUCKETS, seconds)] += 1
         latency.total += seconds
 
     def count(self, endpoint: str, outcome: Outcome | None = None) -> int:
         """Requests answered so far for `endpoint` (optionally one outcome)."""
         return sum(
-            n
-            for (e, o, _), n in self._requests.items()
+            slot.n
+            for (e, o, _), slot in self._requests.items()
             if e == endpoint and (outcome is None or o is outcome)
         )
 
@@ -137,8 +152,8 @@ class HttpMetrics(Collector):
             "HTTP requests answered, by endpoint, outcome and status code.",
             labels=("endpoint", "outcome", "status"),
         )
-        for (endpoint, outcome, status), n in sorted(self._requests.items()):
-            requests.add_metric((endpoint, outcome.value, str(status)), n)
+        for (endpoint, outcome, status), slot in sorted(self._requests.items()):
+            requests.add_metric((endpoint, outcome.value, str(status)), slot.n)
         yield requests
         latency = HistogramMetricFamily(
             "sparkiq_http_request_seconds",
