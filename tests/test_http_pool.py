@@ -12,6 +12,7 @@ another and leaves the untouched requests free to be asked again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -261,3 +262,40 @@ async def test_cancelled_request_never_hands_its_answer_to_another(owner: Owner)
 def test_depth_must_be_positive() -> None:
     with pytest.raises(ValueError, match="pipeline_depth"):
         PoolForwarder(pipeline_depth=0)
+
+
+async def test_callbacks_run_in_their_requests_context_and_one_failing_spares_the_rest(
+    owner: Owner,
+) -> None:
+    # A callback may forward again (the key path's failover), and a forward carries the request
+    # id and credentials of the request's own context: it must not see a later request's.
+    pool = PoolForwarder(pipeline_depth=16)
+    await warm(pool, owner, 1)
+    tag: contextvars.ContextVar[str] = contextvars.ContextVar("tag", default="none")
+    answers = Answers()
+    seen: dict[str, str] = {}
+
+    def on_answer(name: str) -> Callable[[Result], None]:
+        record = answers.to(name)
+
+        def callback(answer: Result) -> None:
+            seen[name] = tag.get()
+            record(answer)
+            if name == "/k/boom":
+                raise RuntimeError("a callback that fails")
+
+        return callback
+
+    for name in ("/k/a", "/k/boom", "/k/b"):
+        tag.set(f"request {name}")  # as the gate sets the request id, in one shared context
+        assert pool.send_now(owner.url, name, hops=0, budget_s=2, on_answer=on_answer(name))
+    tag.set("a later request")
+    await answers.settle(3)
+    assert seen == {n: f"request {n}" for n in ("/k/a", "/k/boom", "/k/b")}
+    assert all(body_of(answers[n]) == echo(n) for n in ("/k/a", "/k/b"))
+    # The connection survived the failing callback and serves the next request.
+    again = Answers()
+    assert pool.send_now(owner.url, "/k/c", hops=0, budget_s=2, on_answer=again.to("c"))
+    await again.settle(1)
+    assert body_of(again["c"]) == echo("/k/c")
+    await pool.close()

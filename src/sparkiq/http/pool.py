@@ -12,9 +12,11 @@ forwarded requests are reads.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections import deque
 from collections.abc import Callable
+from contextvars import Context, copy_context
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -24,6 +26,8 @@ from sparkiq.http.forward import Unreachable
 from sparkiq.http.guard import FORWARD_HEADERS
 from sparkiq.http.responses import JSON, JSON_HEADERS, Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+
+log = logging.getLogger(__name__)
 
 _MAX_HEAD = 64 * 1024
 
@@ -55,12 +59,37 @@ class _Answer:
     keep_alive: bool
 
 
+# What a `send_now` request is told when it settles: its answer, or why there is none.
+_Notify = Callable[[_Answer | Exception], None]
+
+
 @dataclass(slots=True)
 class _Waiting:
-    """A request sent (or about to be) on a connection, waiting for its answer."""
+    """A request sent (or about to be) on a connection, waiting for its answer: through a
+    future (`send`) or a callback (`send_now`), called as soon as the answer is read.
 
-    future: asyncio.Future[_Answer]
+    The callback runs in `context`, the request's own (as a future's callback would): its
+    request id and the caller's credentials, which any further forward of it carries.
+    """
+
+    future: asyncio.Future[_Answer] | None
+    notify: _Notify | None
+    context: Context | None
     deadline: float  # loop.time() by which the answer must be complete
+
+    def settle(self, outcome: _Answer | Exception) -> None:
+        if self.notify is not None:
+            assert self.context is not None
+            try:
+                self.context.run(self.notify, outcome)
+            except Exception:  # the connection's other requests must still be answered
+                log.exception("a forwarded request's callback failed")
+        elif self.future is not None and not self.future.done():
+            # (a cancelled request's answer is dropped)
+            if isinstance(outcome, Exception):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
 
 
 class _Connection(asyncio.Protocol):
@@ -115,15 +144,13 @@ class _Connection(asyncio.Protocol):
         """Requests sent (or queued) on this connection whose answers have not arrived."""
         return len(self._waiting)
 
-    def expect(self, deadline: float) -> asyncio.Future[_Answer]:
-        """Be ready for the answer to a request about to be sent; its future."""
+    def expect(self, waiting: _Waiting) -> None:
+        """Be ready for the answer to a request about to be sent."""
         assert self.transport is not None
         if not self._waiting:  # bytes nobody asked for are not an answer to this request
             self._buf.clear()
             self._head = None
-        future = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Waiting(future, deadline))
-        return future
+        self._waiting.append(waiting)
 
     def broken(self, message: str) -> None:
         """Fail the waiting answers: nothing was sent or received on this connection."""
@@ -146,9 +173,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _complete(self, answer: _Answer) -> None:
-        waiting = self._waiting.popleft()
-        if not waiting.future.done():  # a cancelled request's answer is dropped
-            waiting.future.set_result(answer)
+        self._waiting.popleft().settle(answer)
         if not answer.keep_alive:
             self._fail(_Broken("the owner closed the connection", got_bytes=False))
         elif not self._waiting:
@@ -161,9 +186,8 @@ class _Connection(asyncio.Protocol):
         waiting, self._waiting = self._waiting, deque()
         behind = f"an earlier answer on the connection failed: {exc}"
         for w in waiting:
-            if not w.future.done():
-                late = expired_at is not None and w.deadline <= expired_at
-                w.future.set_exception(_Expired() if late else exc)
+            late = expired_at is not None and w.deadline <= expired_at
+            w.settle(_Expired() if late else exc)
             exc = _Broken(behind, got_bytes=False)
         self.close()
 
@@ -398,23 +422,20 @@ class PoolForwarder:
                 return False
             origin.filling = conn
         request = self._request(origin, "GET", target, None, hops, budget_s)
-        waiter = self._begin(conn, origin, request, asyncio.get_running_loop().time() + budget_s)
 
-        def done(waiter: asyncio.Future[_Answer]) -> None:
-            if waiter.cancelled():
-                on_answer(None)
-                return
-            exc = waiter.exception()
-            if exc is None:
-                on_answer(_response(waiter.result()))
-            elif isinstance(exc, _Broken) and not exc.got_bytes:
+        def done(outcome: _Answer | Exception) -> None:
+            if isinstance(outcome, _Answer):
+                on_answer(_response(outcome))
+            elif isinstance(outcome, _Broken) and not outcome.got_bytes:
                 on_answer(None)  # no answer began: e.g. the owner had closed the connection
-            elif isinstance(exc, _Expired | _Broken | OSError):
-                on_answer(_unreachable(base_url, budget_s, exc))
+            elif isinstance(outcome, _Expired | _Broken | OSError):
+                on_answer(_unreachable(base_url, budget_s, outcome))
             else:  # an error this pool does not expect
                 on_answer(None)
 
-        waiter.add_done_callback(done)
+        # Called from the connection as the answer is read: no future, no extra loop turn.
+        deadline = asyncio.get_running_loop().time() + budget_s
+        self._begin(conn, origin, request, _Waiting(None, done, copy_context(), deadline))
         return True
 
     def _request(
@@ -440,35 +461,40 @@ class PoolForwarder:
     async def _exchange(self, origin: _Origin, request: bytes, deadline: float) -> _Answer:
         while (conn := origin.take_idle()) is not None:
             try:
-                return await self._begin(conn, origin, request, deadline)
+                return await self._begin_future(conn, origin, request, deadline)
             except _Broken as exc:
                 if exc.got_bytes:
                     raise
                 continue  # the owner closed an idle connection: take another one
         async with asyncio.timeout_at(deadline):
             conn = await origin.connect()
-        return await self._begin(conn, origin, request, deadline)
+        return await self._begin_future(conn, origin, request, deadline)
 
-    def _begin(
+    def _begin_future(
         self, conn: _Connection, origin: _Origin, request: bytes, deadline: float
     ) -> asyncio.Future[_Answer]:
-        """Send `request` on `conn` at the end of this loop iteration; the answer's future.
+        """`_begin` with a future for the answer.
 
         A request whose caller gives up (cancelled) leaves its connection as it is: its answer
         is dropped when it arrives, and the connection goes back to the pool after it.
         """
+        future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
+        self._begin(conn, origin, request, _Waiting(future, None, None, deadline))
+        return future
+
+    def _begin(self, conn: _Connection, origin: _Origin, request: bytes, waiting: _Waiting) -> None:
+        """Send `request` on `conn` at the end of this loop iteration; `waiting` gets the answer."""
         loop = asyncio.get_running_loop()
         self._busy.add(conn)
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(_SWEEP_S, self._sweep)
-        waiter = conn.expect(deadline)
+        conn.expect(waiting)
         if not self._sending:
             loop.call_soon(self._send_all)
         if not conn.out:
             self._sending.append((conn, origin))
         conn.out.append(request)
-        return waiter
 
     def _send_all(self) -> None:
         """Write the requests of this loop iteration, each connection's in one write."""
