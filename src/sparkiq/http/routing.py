@@ -29,6 +29,18 @@ class Route:
 
 LOCAL = Route(RouteKind.LOCAL)
 STANDBY = Route(RouteKind.STANDBY)
+# FORWARD routes by URL, made once: every forwarded read asks for one.
+_FORWARD: dict[str, Route] = {}
+_MAX_FORWARD = 1024  # URLs remembered (a cluster's nodes; cleared past this)
+
+
+def _forward(url: str) -> Route:
+    found = _FORWARD.get(url)
+    if found is None:
+        if len(_FORWARD) >= _MAX_FORWARD:
+            _FORWARD.clear()
+        found = _FORWARD[url] = Route(RouteKind.FORWARD, url=url)
+    return found
 
 
 def route(placement: Placement, *, self_url: str, max_lag: int | None) -> Route:
@@ -54,7 +66,7 @@ def route(placement: Placement, *, self_url: str, max_lag: int | None) -> Route:
         return Route(
             RouteKind.WAIT, reason=f"partition {partition} of {topic} is restoring on {active}"
         )
-    return Route(RouteKind.FORWARD, url=active)
+    return _forward(active)
 
 
 def may_stand_in(placement: Placement, bound: int) -> bool:

@@ -16,9 +16,14 @@ from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Placement:
-    """Where one changelog partition lives, seen from this node."""
+    """Where one changelog partition lives, seen from this node. Treat it as immutable.
+
+    Not a frozen dataclass: a node builds one for every read it does not answer from its
+    own active replica, and a frozen one's __init__ (an object.__setattr__ per field)
+    measured ~2.8x the cost of this one's (2.1 against 0.76 us).
+    """
 
     tp: TopicPartition
     active: str | None  # URL of the active node (may be this node's own URL); None = unassigned
