@@ -529,9 +529,10 @@ class LoopServer:
 
         The loop first answers every request that arrived on every connection, then sends
         the answers in one burst, so that a client woken by the first answer may find the
-        rest ready instead of being woken for each. Measured alone the gain was within the
-        noise of this machine (BENCHMARKS.md); it also lets pipelined answers of one
-        connection go out in one write.
+        rest ready instead of being woken for each; it also lets pipelined answers of one
+        connection go out in one write. Writing each answer at once instead cost ~50% more
+        CPU per lookup (BENCHMARKS.md, session 9): clients then answered by one write each
+        send their next request at once, and each loop turn finds fewer requests.
         """
         if not self._flushing:
             asyncio.get_running_loop().call_soon(self._flush)
