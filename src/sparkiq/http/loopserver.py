@@ -310,12 +310,7 @@ class _Connection(asyncio.Protocol):
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
-            found = self._keys.answer_now(path, None, None, admitted)
-            if isinstance(found, Response):
-                self._write(found, keep_alive=True)
-            elif isinstance(found, Pending):
-                self._forward(found, keep_alive=True)
-            else:
+            if not self._answer_key(path, None, None, admitted, keep_alive=True):
                 self._generic(path, b"", "GET", {}, [], True, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
@@ -332,19 +327,31 @@ class _Connection(asyncio.Protocol):
     ) -> None:
         """Answer an admitted request: the key path, or the generic dispatch in a task."""
         if method == "GET" and not query:
-            found = self._keys.answer_now(path, headers.get(_HOPS), headers.get(_BUDGET), identity)
-            if isinstance(found, Response):
-                self._write(found, keep_alive=keep_alive)
-                return
-            if isinstance(found, Pending):
-                self._forward(found, keep_alive=keep_alive)
+            hops, budget = headers.get(_HOPS), headers.get(_BUDGET)
+            if self._answer_key(path, hops, budget, identity, keep_alive=keep_alive):
                 return
         self._generic(path, query, method, headers, body, keep_alive, identity)
 
-    def _forward(self, pending: Pending, *, keep_alive: bool) -> None:
-        """A key read the key path left pending: ask the owner, or wait in a task."""
-        forwarded = self._keys.forward_now(pending)
-        self._wait(forwarded or self._task_for(self._keys.finish(pending)), keep_alive)
+    def _answer_key(
+        self,
+        path: bytes,
+        hops: bytes | None,
+        budget: bytes | None,
+        identity: Identity,
+        *,
+        keep_alive: bool,
+    ) -> bool:
+        """A GET without a query by the key path: answered now, or asked of the owner (or
+        waited for) in the background. False if the key path declines it."""
+        found = self._keys.answer_now(path, hops, budget, identity)
+        if isinstance(found, Response):
+            self._write(found, keep_alive=keep_alive)
+            return True
+        if isinstance(found, Pending):
+            forwarded = self._keys.forward_now(found)
+            self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
+            return True
+        return False
 
     def _generic(
         self,
