@@ -12,6 +12,7 @@ forwarded requests are reads.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from collections import deque
@@ -59,37 +60,37 @@ class _Answer:
     keep_alive: bool
 
 
-# What a `send_now` request is told when it settles: its answer, or why there is none.
+# What a waiting request is told when it settles: its answer, or why there is none.
 _Notify = Callable[[_Answer | Exception], None]
 
 
 @dataclass(slots=True)
 class _Waiting:
-    """A request sent (or about to be) on a connection, waiting for its answer: through a
-    future (`send`) or a callback (`send_now`), called as soon as the answer is read.
+    """A request sent (or about to be) on a connection, waiting for its answer: `notify` is
+    called as soon as the answer is read (`send` passes one that settles its future).
 
-    The callback runs in `context`, the request's own (as a future's callback would): its
-    request id and the caller's credentials, which any further forward of it carries.
+    It runs in `context`, the request's own (as a future's callback would): its request id
+    and the caller's credentials, which any further forward of it carries.
     """
 
-    future: asyncio.Future[_Answer] | None
-    notify: _Notify | None
-    context: Context | None
+    notify: _Notify
+    context: Context
     deadline: float  # loop.time() by which the answer must be complete
 
     def settle(self, outcome: _Answer | Exception) -> None:
-        if self.notify is not None:
-            assert self.context is not None
-            try:
-                self.context.run(self.notify, outcome)
-            except Exception:  # the connection's other requests must still be answered
-                log.exception("a forwarded request's callback failed")
-        elif self.future is not None and not self.future.done():
-            # (a cancelled request's answer is dropped)
-            if isinstance(outcome, Exception):
-                self.future.set_exception(outcome)
-            else:
-                self.future.set_result(outcome)
+        try:
+            self.context.run(self.notify, outcome)
+        except Exception:  # the connection's other requests must still be answered
+            log.exception("a forwarded request's callback failed")
+
+
+def _settle_future(future: asyncio.Future[_Answer], outcome: _Answer | Exception) -> None:
+    if future.done():  # a cancelled request's answer is dropped
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class _Connection(asyncio.Protocol):
@@ -435,7 +436,7 @@ class PoolForwarder:
 
         # Called from the connection as the answer is read: no future, no extra loop turn.
         deadline = asyncio.get_running_loop().time() + budget_s
-        self._begin(conn, origin, request, _Waiting(None, done, copy_context(), deadline))
+        self._begin(conn, origin, request, _Waiting(done, copy_context(), deadline))
         return True
 
     def _request(
@@ -479,7 +480,8 @@ class PoolForwarder:
         is dropped when it arrives, and the connection goes back to the pool after it.
         """
         future: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
-        self._begin(conn, origin, request, _Waiting(future, None, None, deadline))
+        notify = functools.partial(_settle_future, future)
+        self._begin(conn, origin, request, _Waiting(notify, copy_context(), deadline))
         return future
 
     def _begin(self, conn: _Connection, origin: _Origin, request: bytes, waiting: _Waiting) -> None:
