@@ -8,8 +8,11 @@ and confluent-kafka as the driver does.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -42,6 +45,18 @@ _BASE_CONF: Mapping[str, str] = {
 }
 
 
+def _private_local_dir() -> str:
+    """A scratch directory for this process's Spark, removed when the process exits.
+
+    Spark's default scratch space is the system temporary directory, and whatever its
+    shutdown hooks miss (the stateful operators' RocksDB working copies, tens of MB per
+    session) stays there for good. A directory of our own is removed whole at exit.
+    """
+    path = tempfile.mkdtemp(prefix="sparkiq-spark-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def register_data_sources(spark: SparkSession) -> None:
     """Register the `sparkiq-kafka` source and sink on *spark* (idempotent)."""
     from sparkiq.spark import KafkaDataSource
@@ -66,6 +81,8 @@ def local_session(
     settings: dict[str, str] = dict(_BASE_CONF)
     settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update(conf or {})
+    if "spark.local.dir" not in settings:
+        settings["spark.local.dir"] = _private_local_dir()
     # Python workers (and the planner processes of Python data sources) are started with
     # $PYSPARK_PYTHON, not with the `spark.pyspark.python` setting, so point it at this
     # interpreter unless the caller chose another one.
