@@ -51,6 +51,9 @@ class DevBroker:
     startup_timeout_s: float = 20.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log_file: object | None = field(default=None, init=False, repr=False)
+    # A log this object made for itself is removed by a clean stop and kept after a failed
+    # start (the error names it); a log_path the caller chose is always kept.
+    _own_log: bool = field(default=False, init=False, repr=False)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -69,6 +72,7 @@ class DevBroker:
             fd, name = tempfile.mkstemp(prefix="sparkiq-broker-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
+            self._own_log = True
         url = f"tcp://{self.host}:{self.port}"
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._log_file = log
@@ -102,6 +106,8 @@ class DevBroker:
         while time.monotonic() < deadline:
             assert self._proc is not None
             if self._proc.poll() is not None:
+                self._own_log = False
+                self.stop()
                 raise BrokerError(
                     f"dev broker exited with code {self._proc.returncode} at start-up; "
                     f"see {self.log_path}"
@@ -115,6 +121,7 @@ class DevBroker:
             except Exception as exc:
                 last_error = str(exc)
                 time.sleep(0.1)
+        self._own_log = False
         self.stop()
         raise BrokerError(
             f"dev broker on {self.bootstrap_servers} did not answer within "
@@ -131,6 +138,10 @@ class DevBroker:
         self._log_file = None
         if log is not None:
             log.close()  # type: ignore[attr-defined]
+        if self._own_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path = None
+            self._own_log = False
 
     def __enter__(self) -> DevBroker:
         return self.start()
