@@ -352,3 +352,23 @@ def test_a_node_back_from_a_restart_warms_up_the_partitions_it_has_stores_of() -
     assert len(taking) == 2  # its share of actives, each warming up first ...
     assert taking <= on_disk  # ... from the stores it has: only their tails to replay
     assert not after.actives_of(back)
+
+
+@pytest.mark.parametrize("back_index", [0, 1, 2])
+def test_a_node_back_within_the_acceptable_lag_follows_only_the_stores_it_has(
+    back_index: int,
+) -> None:
+    # The others held everything while it was away; a node holding state for every
+    # partition must not crowd the returning node out of the partitions it has on disk.
+    urls = [url(0), url(1), url(2)]
+    partitions = {"orders": 6}
+    cm = steady(urls, partitions, standby_replicas=1)
+    back = urls[back_index]
+    on_disk = cm.actives_of(back) | cm.standbys_of(back)
+    others = [u for u in urls if u != back]
+    members = reports(steady(others, partitions, standby_replicas=1), others)
+    members["member-back"] = MemberInfo(url=back, lags=dict.fromkeys(on_disk, 5))
+    after = assign(members, partitions, standby_replicas=1, acceptable_lag=10)
+    held = after.actives_of(back) | after.standbys_of(back) | after.warming_of(back)
+    assert len(after.actives_of(back)) == 2
+    assert held == on_disk

@@ -18,7 +18,9 @@ manner of Kafka Streams' HighAvailabilityTaskAssignor:
    active's node nor on a node warming that partition (a warming node already follows the
    changelog; while it does, the partition has that many fewer standbys, so its followers
    still number at least the requested replicas). Nodes that hold state for the partition
-   are preferred; total replicas per node (actives + standbys) are then evened out.
+   are preferred, the node with the least state to spare first, so that a node back from a
+   restart follows the stores it has rather than restoring others from scratch; total
+   replicas per node (actives, warm-ups and standbys) are then evened out.
 
 Node identity is the URL. Two group members reporting the same URL (a node restarted before
 the broker expired its previous member id) are treated as one node: what they hold is merged
@@ -246,34 +248,41 @@ def _place_standbys(
     state: _State,
 ) -> dict[TopicPartition, set[str]]:
     urls = state.urls
+    # A node's load is every replica it keeps: its actives and what it warms up.
     load = dict.fromkeys(urls, 0)
     for url in actives.values():
         load[url] += 1
+    for url in warming.values():
+        load[url] += 1
     need = {tp: min(standby_replicas, len(urls) - 1 - (1 if tp in warming else 0)) for tp in tps}
-    total = len(tps) + sum(need.values())
+    total = len(tps) + len(warming) + sum(need.values())
     cap = -(-total // len(urls))
     standbys: dict[TopicPartition, set[str]] = {tp: set() for tp in tps}
 
     def is_free(url: str, tp: TopicPartition) -> bool:
         return url != actives[tp] and url != warming.get(tp) and url not in standbys[tp]
 
-    for tp in tps:
-        eligible = [u for u in urls if is_free(u, tp)]
-        # Sticky: nodes holding state for the partition (its standbys, its previous active)
-        # restore the least; take them while they are under the fair share.
-        holders = sorted((state.lag(u, tp), u) for u in eligible)
-        for lag, url in holders:
-            if lag == _NO_STATE:
+    # Sticky: a node holding state for a partition (a store on disk, from a standby or a
+    # previous active role) replays only its tail. Nodes take standbys of what they hold,
+    # the most constrained first: the node with the least held state beyond the room it has
+    # left. Otherwise nodes that hold everything (the survivors of a failure) fill up with
+    # the first partitions, and a node back from a restart gets the last ones, which it
+    # restores from scratch while its own stores are served by others.
+    held = {u: [tp for tp in tps if is_free(u, tp) and state.lag(u, tp) < _NO_STATE] for u in urls}
+    for url in sorted(urls, key=lambda u: (len(held[u]) - (cap - load[u]), u)):
+        for tp in sorted(held[url], key=lambda t: (state.lag(url, t), t)):
+            if load[url] >= cap:
                 break
-            if len(standbys[tp]) < need[tp] and load[url] < cap:
+            if len(standbys[tp]) < need[tp] and is_free(url, tp):
                 standbys[tp].add(url)
                 load[url] += 1
+    for tp in tps:
         while len(standbys[tp]) < need[tp]:
-            url = min((load[u], u) for u in urls if is_free(u, tp))[1]
+            url = min((load[u], state.lag(u, tp), u) for u in urls if is_free(u, tp))[2]
             standbys[tp].add(url)
             load[url] += 1
 
-    _even_out(tps, standbys, is_free, load)
+    _even_out(tps, standbys, is_free, load, state)
     return standbys
 
 
@@ -282,8 +291,12 @@ def _even_out(
     standbys: dict[TopicPartition, set[str]],
     is_free: Callable[[str, TopicPartition], bool],
     load: dict[str, int],
+    state: _State,
 ) -> None:
-    """Move standbys from the most to the least loaded nodes until loads differ by <= 1."""
+    """Move standbys from the most to the least loaded nodes until loads differ by <= 1.
+
+    A move prefers a partition the receiving node holds state for (the smallest lag).
+    """
     for _ in range(sum(len(s) for s in standbys.values()) + 1):
         moved = False
         by_load = sorted(load, key=lambda u: (load[u], u))
@@ -291,8 +304,9 @@ def _even_out(
             for high in reversed(by_load):
                 if load[high] - load[low] <= 1:
                     break
-                tp = next((t for t in tps if high in standbys[t] and is_free(low, t)), None)
-                if tp is not None:
+                movable = [t for t in tps if high in standbys[t] and is_free(low, t)]
+                if movable:
+                    tp = min(movable, key=lambda t: (state.lag(low, t), t))
                     standbys[tp].discard(high)
                     standbys[tp].add(low)
                     load[high] -= 1
