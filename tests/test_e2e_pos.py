@@ -28,6 +28,7 @@ from sparkiq.localcluster import LocalCluster
 from sparkiq.localpipeline import PipelineProcess
 from sparkiq.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 from sparkiq.pos.oracle import PosOracle, check_notifications
+from sparkiq.spark.runner import SCRATCH_DIR
 from tests.e2e_support import read_topic
 
 # Spark starts three queries one by one on two cores: allow more than the suite's default.
@@ -254,9 +255,13 @@ def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
         pos_run.pipeline,
     )
     pos_run.pipeline.stop(kill=True)
+    # The killed run could not remove its Spark scratch space; the next run does.
+    stale = pos_run.pipeline.checkpoint_dir / SCRATCH_DIR / "left-by-the-killed-run"
+    stale.touch()
     malformed += pos_run.produce(second[1_000:], malformed_every=250)
     pos_run.pipeline.start()
     pos_run.wait_caught_up()
+    assert not stale.exists()
     oracle = PosOracle.of(invoices)
     pos_run.cluster.wait_ready()
     wait_tables_equal(pos_run, oracle)
@@ -273,3 +278,5 @@ def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
         for d in (orjson.loads(v or b"{}") for _, v in dead)
     }
     assert len(positions) == malformed, "every malformed record lands in the dead-letter topic"
+    pos_run.pipeline.stop()
+    assert not (pos_run.pipeline.checkpoint_dir / SCRATCH_DIR).exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
+
+# Spark's scratch directory (`spark.local.dir`) for a run, under its checkpoint directory.
+SCRATCH_DIR = ".spark-scratch"
 
 
 class PipelineFailed(SparkiqError):
@@ -161,11 +165,15 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
 
     pipeline_fn = load_pipeline(path)
     settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # Spark's scratch space lives beside the checkpoints: removed when the run ends, and a
+    # run that was killed before it could remove it leaves it to the next run, not to /tmp.
+    scratch = settings.checkpoint_dir / SCRATCH_DIR
+    shutil.rmtree(scratch, ignore_errors=True)
     spark = local_session(
         f"sparkiq pipeline {path.stem}",
         master=settings.master,
         shuffle_partitions=settings.shuffle_partitions,
-        conf=settings.spark_conf,
+        conf={"spark.local.dir": str(scratch), **settings.spark_conf},
     )
     stop = threading.Event()
     tracker = ProgressTracker()
@@ -212,6 +220,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
                 settings.status_file, [tracker.status(q) for q in ctx.queries], running=False
             )
         spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
