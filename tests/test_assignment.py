@@ -73,8 +73,11 @@ partitions_st = st.dictionaries(
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[dict[str, MemberInfo], dict[str, int], int, int]:
-    """Random members with random (possibly stale, conflicting) reports and lags."""
+def clusters(
+    draw: st.DrawFn, hosts: int = 1
+) -> tuple[dict[str, MemberInfo], dict[str, int], int, int]:
+    """Random members with random (possibly stale, conflicting) reports and lags, their
+    nodes on one host or spread over up to *hosts*."""
     partitions = draw(partitions_st)
     tps = all_tps(partitions)
     n = draw(st.integers(min_value=1, max_value=6))
@@ -87,8 +90,9 @@ def clusters(draw: st.DrawFn) -> tuple[dict[str, MemberInfo], dict[str, int], in
             tp: draw(st.integers(min_value=0, max_value=200))
             for tp in sorted(set(held) | set(lagged))
         }
+        host = draw(st.integers(min_value=0, max_value=hosts - 1))
         members[f"m{i}"] = MemberInfo(
-            url=url(i),
+            url=url(i) if hosts == 1 else f"http://host{host}:{8100 + i}",
             actives=frozenset(held[:split]),
             standbys=frozenset(held[split:]),
             lags=lags,
@@ -102,7 +106,7 @@ def clusters(draw: st.DrawFn) -> tuple[dict[str, MemberInfo], dict[str, int], in
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), clusters(hosts=3)))
 def test_roles_are_complete_and_never_share_a_node(
     cluster: tuple[dict[str, MemberInfo], dict[str, int], int, int],
 ) -> None:
@@ -123,7 +127,7 @@ def test_roles_are_complete_and_never_share_a_node(
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), clusters(hosts=3)))
 def test_the_active_is_the_most_caught_up_node_unless_its_target_is_ready(
     cluster: tuple[dict[str, MemberInfo], dict[str, int], int, int],
 ) -> None:
@@ -145,7 +149,7 @@ def test_the_active_is_the_most_caught_up_node_unless_its_target_is_ready(
 
 
 @settings(max_examples=150, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), clusters(hosts=3)))
 def test_targets_are_balanced_and_so_is_a_map_without_warm_ups(
     cluster: tuple[dict[str, MemberInfo], dict[str, int], int, int],
 ) -> None:
@@ -166,7 +170,7 @@ def test_targets_are_balanced_and_so_is_a_map_without_warm_ups(
 
 
 @settings(max_examples=60, deadline=None)
-@given(clusters())
+@given(st.one_of(clusters(), clusters(hosts=3)))
 def test_same_input_same_map_whatever_the_member_ids_and_order(
     cluster: tuple[dict[str, MemberInfo], dict[str, int], int, int],
 ) -> None:
@@ -372,3 +376,44 @@ def test_a_node_back_within_the_acceptable_lag_follows_only_the_stores_it_has(
     held = after.actives_of(back) | after.standbys_of(back) | after.warming_of(back)
     assert len(after.actives_of(back)) == 2
     assert held == on_disk
+
+
+def _host(node_url: str) -> str:
+    return node_url.split("//")[1].split(":")[0]
+
+
+def _standbys_sharing_a_host(cm: ClusterMap) -> int:
+    shared = 0
+    for owners in cm.owners.values():
+        assert owners.active is not None
+        replicas = [owners.active, *owners.warming]
+        for standby in owners.standbys:
+            shared += any(_host(standby) == _host(r) for r in replicas)
+            replicas.append(standby)
+    return shared
+
+
+def test_standbys_go_to_another_host_than_their_partition_s_other_replicas() -> None:
+    urls = ["http://a:8100", "http://a:8101", "http://b:8100", "http://b:8101"]
+    cm = steady(urls, {"orders": 8, "users": 4}, standby_replicas=1)
+    assert _standbys_sharing_a_host(cm) == 0
+    totals = Counter(o.active for o in cm.owners.values())
+    for o in cm.owners.values():
+        totals.update(o.standbys)
+    assert spread(totals, urls) <= 1
+
+
+def test_a_host_with_one_node_takes_standbys_only_up_to_its_share() -> None:
+    # Two nodes on host a, one on host b: b cannot follow all of a's actives without
+    # holding far more than its share, so the rest share a host, and loads stay even.
+    urls = ["http://a:8100", "http://a:8101", "http://b:8100"]
+    cm = steady(urls, {"orders": 6}, standby_replicas=1)
+    totals = Counter(o.active for o in cm.owners.values())
+    for o in cm.owners.values():
+        totals.update(o.standbys)
+    assert spread(totals, urls) <= 1
+    on_b = [tp for tp, o in cm.owners.items() if "http://b:8100" in o.standbys]
+    assert len(on_b) == totals["http://b:8100"] - len(cm.actives_of("http://b:8100"))
+    assert all(_host(cm.owners[tp].active or "") == "a" for tp in on_b)
+    # Of a's four actives, b follows two (its share); the other two are followed on a.
+    assert _standbys_sharing_a_host(cm) == 2

@@ -19,8 +19,10 @@ manner of Kafka Streams' HighAvailabilityTaskAssignor:
    changelog; while it does, the partition has that many fewer standbys, so its followers
    still number at least the requested replicas). Nodes that hold state for the partition
    are preferred, the node with the least state to spare first, so that a node back from a
-   restart follows the stores it has rather than restoring others from scratch; total
-   replicas per node (actives, warm-ups and standbys) are then evened out.
+   restart follows the stores it has rather than restoring others from scratch. A standby
+   goes to another host (the host name of the node's URL) than the partition's other
+   replicas while a node there has room. Total replicas per node (actives, warm-ups and
+   standbys) are then evened out; even loads come before spread hosts.
 
 Node identity is the URL. Two group members reporting the same URL (a node restarted before
 the broker expired its previous member id) are treated as one node: what they hold is merged
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from sparkiq.errors import ConfigError
 from sparkiq.topology import ClusterMap, MemberInfo, PartitionOwners, TopicPartition
@@ -240,6 +243,11 @@ def _apply_warm_up(
     return actives, warming
 
 
+def _host(url: str) -> str:
+    """The host a node runs on, as its URL names it (nodes of one host share a failure)."""
+    return urlsplit(url).hostname or url
+
+
 def _place_standbys(
     tps: list[TopicPartition],
     actives: Mapping[TopicPartition, str],
@@ -248,6 +256,7 @@ def _place_standbys(
     state: _State,
 ) -> dict[TopicPartition, set[str]]:
     urls = state.urls
+    host = {u: _host(u) for u in urls}
     # A node's load is every replica it keeps: its actives and what it warms up.
     load = dict.fromkeys(urls, 0)
     for url in actives.values():
@@ -262,27 +271,50 @@ def _place_standbys(
     def is_free(url: str, tp: TopicPartition) -> bool:
         return url != actives[tp] and url != warming.get(tp) and url not in standbys[tp]
 
+    def shares_host(url: str, tp: TopicPartition, without: str | None = None) -> bool:
+        """Whether a replica of *tp* other than *url* (and *without*) runs on *url*'s host."""
+        others = [actives[tp], *standbys[tp]]
+        if tp in warming:
+            others.append(warming[tp])
+        return any(host[o] == host[url] for o in others if o not in (url, without))
+
+    several_hosts = len(set(host.values())) > 1
+
+    def another_host_has_room(tp: TopicPartition) -> bool:
+        return several_hosts and any(
+            load[u] < cap and is_free(u, tp) and not shares_host(u, tp) for u in urls
+        )
+
     # Sticky: a node holding state for a partition (a store on disk, from a standby or a
     # previous active role) replays only its tail. Nodes take standbys of what they hold,
     # the most constrained first: the node with the least held state beyond the room it has
     # left. Otherwise nodes that hold everything (the survivors of a failure) fill up with
     # the first partitions, and a node back from a restart gets the last ones, which it
-    # restores from scratch while its own stores are served by others.
+    # restores from scratch while its own stores are served by others. A standby on the
+    # host of another replica of its partition is left for later while a node on another
+    # host has room for it: a host's failure should not take every copy of a partition.
     held = {u: [tp for tp in tps if is_free(u, tp) and state.lag(u, tp) < _NO_STATE] for u in urls}
     for url in sorted(urls, key=lambda u: (len(held[u]) - (cap - load[u]), u)):
         for tp in sorted(held[url], key=lambda t: (state.lag(url, t), t)):
             if load[url] >= cap:
                 break
-            if len(standbys[tp]) < need[tp] and is_free(url, tp):
-                standbys[tp].add(url)
-                load[url] += 1
+            if len(standbys[tp]) >= need[tp] or not is_free(url, tp):
+                continue
+            if shares_host(url, tp) and another_host_has_room(tp):
+                continue
+            standbys[tp].add(url)
+            load[url] += 1
     for tp in tps:
         while len(standbys[tp]) < need[tp]:
-            url = min((load[u], state.lag(u, tp), u) for u in urls if is_free(u, tp))[2]
+            url = min(
+                (load[u] >= cap, shares_host(u, tp), load[u], state.lag(u, tp), u)
+                for u in urls
+                if is_free(u, tp)
+            )[4]
             standbys[tp].add(url)
             load[url] += 1
 
-    _even_out(tps, standbys, is_free, load, state)
+    _even_out(tps, standbys, is_free, shares_host, load, state)
     return standbys
 
 
@@ -290,12 +322,14 @@ def _even_out(
     tps: list[TopicPartition],
     standbys: dict[TopicPartition, set[str]],
     is_free: Callable[[str, TopicPartition], bool],
+    shares_host: Callable[[str, TopicPartition, str | None], bool],
     load: dict[str, int],
     state: _State,
 ) -> None:
     """Move standbys from the most to the least loaded nodes until loads differ by <= 1.
 
-    A move prefers a partition the receiving node holds state for (the smallest lag).
+    A move prefers a partition whose standby does not come to share a host with another of
+    its replicas (balance comes first, though), then one the receiving node holds state for.
     """
     for _ in range(sum(len(s) for s in standbys.values()) + 1):
         moved = False
@@ -306,7 +340,14 @@ def _even_out(
                     break
                 movable = [t for t in tps if high in standbys[t] and is_free(low, t)]
                 if movable:
-                    tp = min(movable, key=lambda t: (state.lag(low, t), t))
+                    tp = min(
+                        movable,
+                        key=lambda t: (
+                            not shares_host(high, t, None) and shares_host(low, t, high),
+                            state.lag(low, t),
+                            t,
+                        ),
+                    )
                     standbys[tp].discard(high)
                     standbys[tp].add(low)
                     load[high] -= 1
