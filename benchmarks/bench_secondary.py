@@ -3,7 +3,7 @@
 A second HTTP process per node (SO_REUSEPORT) would need the stores the node's one writer
 keeps. RocksDB lets another process open a database as a *secondary* instance, which sees
 the primary's writes only after `try_catch_up_with_primary()`. This measures, on one store
-of `--keys` keys laid out as sparkiq's (a "meta" column family with the offset checkpoint):
+of `--keys` keys, written through sparkiq's `PartitionStore` (data and checkpoint together):
 
 - a random get on the secondary, next to the same get on a read-only instance;
 - the cost of one catch-up (wall time, and the reader's CPU) while a writer process applies
@@ -17,28 +17,30 @@ of `--keys` keys laid out as sparkiq's (a "meta" column family with the offset c
 from __future__ import annotations
 
 import argparse
-import gc
 import multiprocessing as mp
 import random
 import shutil
 import statistics
-import struct
 import tempfile
 import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict
 
+from sparkiq.store import PartitionStore
+from sparkiq.tables import TableDef
+
+TABLE = TableDef("bench", "bench-changelog", 1)
+# Where PartitionStore keeps its checkpoint (src/sparkiq/store.py): read by the secondary.
 META = "meta"
 OFFSET = b"next_offset"
 VALUE = b"v" * 100
 
 
-def _options() -> Options:
+def _reader_options() -> Options:
     opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
+    opts.set_max_open_files(-1)  # what RocksDB asks of a secondary
     return opts
 
 
@@ -47,33 +49,32 @@ def _key(i: int) -> bytes:
 
 
 def _load(path: Path, keys: int) -> None:
-    db = Rdict(str(path), _options(), column_families={META: _options()})
-    batch = WriteBatch(raw_mode=True)
+    store = PartitionStore(path, TABLE, 0)
+    batch = store.new_batch()
     for i in range(keys):
         batch.put(_key(i), VALUE)
-    batch.put(OFFSET, struct.pack(">q", keys), db.get_column_family_handle(META))
-    db.write(batch)
-    db.flush()
-    db.close()
-    del db, batch
-    gc.collect()  # the handle's lock goes with the object
+    store.write(batch, keys, wal=False)
+    store.close()  # flushes
 
 
 def _writer(path: str, keys: int, rate: int, stop: Event) -> None:
-    db = Rdict(path, _options(), column_families={META: _options()})
-    meta = db.get_column_family_handle(META)
+    """A live active: batches through the WAL, each with its checkpoint."""
+    store = PartitionStore(Path(path), TABLE, 0)
     offset = keys
     per_batch = max(rate // 100, 1)
     while not stop.is_set():
         started = time.monotonic()
-        batch = WriteBatch(raw_mode=True)
+        batch = store.new_batch()
         for _ in range(per_batch):
             batch.put(_key(random.randrange(keys)), VALUE)
             offset += 1
-        batch.put(OFFSET, struct.pack(">q", offset), meta)
-        db.write(batch)
+        store.write(batch, offset)
         time.sleep(max(0.0, 0.01 - (time.monotonic() - started)))
-    db.close()
+    store.close()
+
+
+def _offset(meta: Rdict) -> int:
+    return int.from_bytes(meta[OFFSET], "big")
 
 
 def _mean_get_us(db: Rdict, keys: list[bytes]) -> float:
@@ -100,12 +101,10 @@ def main() -> None:
         writer = ctx.Process(target=_writer, args=(str(path), args.keys, args.rate, stop))
         writer.start()
         time.sleep(0.5)
-        opts = _options()
-        opts.set_max_open_files(-1)  # what RocksDB asks of a secondary
         secondary = Rdict(
             str(path),
-            opts,
-            column_families={META: _options()},
+            _reader_options(),
+            column_families={META: _reader_options()},
             access_type=AccessType.secondary(str(work / "secondary")),
         )
         meta = secondary.get_column_family(META)
@@ -114,13 +113,13 @@ def main() -> None:
         costs: list[float] = []
         cpu: list[float] = []
         moved: list[int] = []
-        seen = struct.unpack(">q", meta[OFFSET])[0]
+        seen = _offset(meta)
         for _ in range(args.catch_ups):
             started, started_cpu = time.perf_counter(), time.process_time()
             secondary.try_catch_up_with_primary()
             costs.append(time.perf_counter() - started)
             cpu.append(time.process_time() - started_cpu)
-            now = struct.unpack(">q", meta[OFFSET])[0]
+            now = _offset(meta)
             moved.append(now - seen)
             seen = now
             time.sleep(args.interval_ms / 1000)
@@ -128,8 +127,8 @@ def main() -> None:
         writer.join()
         read_only = Rdict(
             str(path),
-            _options(),
-            column_families={META: _options()},
+            _reader_options(),
+            column_families={META: _reader_options()},
             access_type=AccessType.read_only(),
         )
         read_only_get = _mean_get_us(read_only, sample)
