@@ -1,0 +1,230 @@
+"""Instructions per local key lookup in a node's own code: a measure that does not drift.
+
+`bench_http.py` measures what a client sees, but on this shared machine its figures move
+2-3x within minutes, so a change of a few percent in the node's own work cannot be seen
+there. This benchmark takes the sockets away and counts instructions instead:
+
+- `sparkiq`: N plain GETs of random keys (as wrk sends them) fed to one connection of the
+  loop server (`data_received`, then the connection's flush into a transport that only
+  counts writes), for a StaticView over PartitionStores of 100k keys -- the whole local
+  lookup of a node short of the two system calls: gate, key path, RocksDB get, rendering,
+  metrics, the answer's bytes;
+- `minimal app`: the same requests through `refapp.LoopRef`, the minimal app on the same
+  stack (httptools' parser, a dict lookup, a prepared answer), the floor in this harness.
+
+Each runs in its own process under `valgrind --tool=callgrind`. The measured requests are
+answered from inside `itertools.starmap()`, and callgrind collects only while `starmap_next`
+is on the stack (`--toggle-collect`), so start-up, imports and the warm-up round (every
+request once, before the measured one) are not counted. (Not `map()`: with it, a module
+import was counted as well.) The counts repeat within ~1% from run to run whatever else
+the machine does. Instructions are not time (cache misses and branch mispredictions are
+not in them), but the node's lookup is CPU-bound Python, and fewer instructions for the
+same work take less time. `--time` times the same loops instead (noisy).
+
+    .venv/bin/python benchmarks/bench_lane.py [--requests 3000] [--time]
+
+Requires valgrind (Debian: `apt-get install -y valgrind`; installed with apt-get when
+missing and the script runs as root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from itertools import starmap
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_http  # noqa: E402  (a sibling script, not a package)
+
+SUBJECTS = ("sparkiq", "minimal app")
+PREFIX = b"/v1/tables/bench/keys/"
+
+
+class CountingTransport:
+    """A transport that takes the answers and counts the writes."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def requests(n: int) -> list[bytes]:
+    rng = random.Random(42)
+    return [
+        b"GET %bk%d HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+        % (PREFIX, rng.randrange(bench_http.KEYS))
+        for _ in range(n)
+    ]
+
+
+async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], CountingTransport]:
+    """One loop-server connection of a node whose stores are all local actives."""
+    from sparkiq.http.loopserver import _Connection
+    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.testing import StaticView
+    from sparkiq.store import StoreRegistry
+
+    table = bench_http.table_def()
+    url = "http://127.0.0.1:8080"
+    view = StaticView(url, [table])
+    registry = StoreRegistry(state_dir)
+    for p in range(bench_http.PARTITIONS):
+        store = registry.open(table, p)
+        view.set_placement((table.topic, p), url, store=store, offset=store.next_offset)
+    server = HttpServer(view, "127.0.0.1", 8080, interface=Interface.LOOP)
+    loop_server = server._loop_server
+    assert loop_server is not None
+    connection = _Connection(loop_server)
+    transport = CountingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    # The server flushes its connections once per loop iteration (`LoopServer.to_flush`);
+    # here every request is flushed at once. A sentinel in the list keeps `to_flush` from
+    # scheduling a flush of its own.
+    flushing: list[Any] = loop_server._flushing
+    flushing.append(None)
+    receive, flush = connection.data_received, connection.flush
+
+    def one(data: bytes) -> None:
+        receive(data)
+        flush()
+        del flushing[1:]
+
+    return one, transport
+
+
+async def minimal_lane() -> tuple[Callable[[bytes], None], CountingTransport]:
+    import refapp
+
+    protocol = refapp.LoopRef()
+    transport = CountingTransport()
+    protocol.connection_made(transport)
+    return protocol.data_received, transport
+
+
+async def run_inner(subject: str, state_dir: str, n: int) -> None:
+    """Answer the requests once to warm up, then once measured (inside `starmap`)."""
+    if subject == "sparkiq":
+        one, transport = await sparkiq_lane(state_dir)
+    else:
+        one, transport = await minimal_lane()
+    batch = requests(n)
+    for data in batch:
+        one(data)
+    writes = transport.writes
+    started = time.perf_counter()
+    list(starmap(one, [(data,) for data in batch]))
+    seconds = time.perf_counter() - started
+    if transport.writes - writes != n:
+        raise SystemExit(f"{subject}: {transport.writes - writes} answers to {n} requests")
+    print(f"RESULT {seconds / n * 1e6:.2f}")
+
+
+def inner_command(subject: str, state_dir: str, n: int) -> list[str]:
+    return [sys.executable, __file__, "--inner", subject, "--state-dir", state_dir, "-n", str(n)]
+
+
+def count(subject: str, state_dir: str, n: int, workdir: Path) -> float:
+    """Instructions per request of `subject` under callgrind."""
+    out = workdir / f"callgrind.{subject.replace(' ', '_')}.out"
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=starmap_next",
+            f"--callgrind-out-file={out}",
+            *inner_command(subject, state_dir, n),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    collected = re.search(r"Collected : ([\d,]+)", proc.stderr)
+    result = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or collected is None or not result:
+        raise SystemExit(f"{subject} under callgrind failed:\n{proc.stdout}\n{proc.stderr}")
+    return int(collected.group(1).replace(",", "")) / n
+
+
+def timed(subject: str, state_dir: str, n: int) -> float:
+    """Microseconds per request of `subject`, natively (best of three runs)."""
+    best = float("inf")
+    for _ in range(3):
+        out = subprocess.run(
+            inner_command(subject, state_dir, n), capture_output=True, text=True, check=True
+        ).stdout
+        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        best = min(best, float(line.split()[1]))
+    return best
+
+
+def require_valgrind() -> None:
+    if shutil.which("valgrind") is not None:
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get") is not None:
+        print("installing valgrind with apt-get ...", flush=True)
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "valgrind"], check=True)
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is required (Debian: apt-get install -y valgrind)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--requests", type=int, default=3000, help="measured requests")
+    parser.add_argument("--time", action="store_true", help="time natively instead")
+    parser.add_argument("--inner", choices=SUBJECTS, help=argparse.SUPPRESS)
+    parser.add_argument("--state-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.requests < 1:
+        parser.error("--requests must be at least 1")
+    if args.inner is not None:
+        import uvloop
+
+        uvloop.run(run_inner(args.inner, args.state_dir, args.requests))
+        return
+    if not args.time:
+        require_valgrind()
+    with tempfile.TemporaryDirectory(prefix="sparkiq-bench-lane-") as tmp:
+        workdir = Path(tmp)
+        state_dir = workdir / "state"
+        print(f"building {bench_http.KEYS // 1000}k keys in RocksDB ...", flush=True)
+        bench_http.build_stores(state_dir)
+        figures: dict[str, float] = {}
+        for subject in SUBJECTS:
+            print(f"{subject} ...", flush=True)
+            if args.time:
+                figures[subject] = timed(subject, str(state_dir), args.requests)
+            else:
+                figures[subject] = count(subject, str(state_dir), args.requests, workdir)
+        unit = "us/request (best of 3, natively)" if args.time else "instructions/request"
+        print(f"\n{args.requests} local lookups of random keys out of {bench_http.KEYS}")
+        for subject, figure in figures.items():
+            print(f"{subject:12s} {figure:10,.{2 if args.time else 0}f} {unit}")
+        print(f"sparkiq/minimal app: {figures['sparkiq'] / figures['minimal app']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
