@@ -234,8 +234,14 @@ async def test_stop_closes_open_connections(server: LoopServer) -> None:
 
 
 def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
-    assert plain_get(get("/v1/tables/users/keys/user-1")) == b"/v1/tables/users/keys/user-1"
-    assert plain_get(get("/healthz", "User-Agent: x", "Accept: */*")) == b"/healthz"
+    assert plain_get(get("/v1/tables/users/keys/user-1")) == (
+        b"/v1/tables/users/keys/user-1",
+        get("/")[len(b"GET / HTTP/1.1\r\n") :],
+    )
+    assert plain_get(get("/healthz", "User-Agent: x", "Accept: */*")) == (
+        b"/healthz",
+        get("/", "User-Agent: x", "Accept: */*")[len(b"GET / HTTP/1.1\r\n") :],
+    )
     declined = [
         get("/v1/tables/users/range?limit=2"),  # a query
         get("/v1/tables/users/keys/user-1").replace(b"GET", b"HEAD"),
@@ -256,8 +262,16 @@ def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
         get("/healthz", "x-sparkiq-cluster: s"),
         get("/healthz", "content-length : 0"),  # odd spelling: still the parser's
     ]
+    known = plain_get(get("/healthz"))
+    assert known is not None
     for request in declined:
         assert plain_get(request) is None, request
+        # A header block found plain before is not looked through again; the rest still is.
+        assert plain_get(request, known[1]) is None, request
+    assert plain_get(get("/v1/tables/users/keys/user-1"), known[1]) == (
+        b"/v1/tables/users/keys/user-1",
+        known[1],
+    )
 
 
 @pytest.mark.parametrize(

@@ -26,12 +26,12 @@ from contextvars import ContextVar
 from sparkiq.auth import AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
+from sparkiq.http.requestid import REQUEST_ID, accept_request_id
 from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
 from sparkiq.http.settings import HttpSettings
 
-# Header lines ("name: value\r\n"...) a forward of the current request repeats: its id and
-# the caller's credentials.
+# Header lines ("name: value\r\n"...) a forward of the current request repeats besides its id
+# (`REQUEST_ID`): the caller's credentials.
 FORWARD_HEADERS: ContextVar[str] = ContextVar("sparkiq_forward_headers", default="")
 
 # Paths answered about the node itself: open unless the node protects them, never refused
@@ -105,12 +105,16 @@ class Gate:
             return self._refuse(error_response(401, UNAUTHENTICATED, found, _CHALLENGE))
         # The caller's credentials go with any forward, checked or not here (a node without
         # authentication still must not open an owner that has it).
-        lines = f"{REQUEST_ID_HEADER}: {rid}\r\n"
         if api_key is not None and _single_line(api_key):
-            lines += f"{API_KEY_HEADER}: {api_key}\r\n"
+            lines = f"{API_KEY_HEADER}: {api_key}\r\n"
         elif authorization is not None and _single_line(authorization):
-            lines += f"authorization: {authorization}\r\n"
-        FORWARD_HEADERS.set(lines)
+            lines = f"authorization: {authorization}\r\n"
+        else:
+            lines = ""
+        # Setting a context variable costs several times reading one, and most requests
+        # carry the same credentials (none) as the one before.
+        if FORWARD_HEADERS.get() != lines:
+            FORWARD_HEADERS.set(lines)
         return found
 
     def _refuse(self, response: Response) -> Response:

@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import orjson
@@ -49,6 +50,9 @@ PREFIX = b"/v1/tables/"
 _ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":%b}'
 _KEYS = b"keys/"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
+# Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
+# EnumType.__getattr__, several times the cost of reading a global.
+_LOCAL, _STANDBY = Outcome.LOCAL, Outcome.STANDBY
 
 
 def _settle(out: asyncio.Future[Response], task: asyncio.Task[Response]) -> None:
@@ -103,7 +107,7 @@ def _read(
     node_json: bytes,
 ) -> Answer:
     """`read_key` with the table's and the node's JSON made already (the key path keeps them)."""
-    outcome = Outcome.STANDBY if standby else Outcome.LOCAL
+    outcome = _STANDBY if standby else _LOCAL
     value = store.get(store_key)
     if value is None:
         failure = Failure(
@@ -204,7 +208,9 @@ class KeyPath:
             if not rest.startswith(_KEYS):
                 return None
             key_segment = rest[len(_KEYS) :]
-            if not key_segment or b"/" in key_segment:
+            # find(), not `in`: `b"/" in key_segment` first tries its operand as an int and
+            # raises (and clears) a TypeError inside, which costs more than the search.
+            if not key_segment or key_segment.find(b"/") >= 0:
                 return None
             view = self._view
             entry = self._tables.get(table_segment)
@@ -220,7 +226,7 @@ class KeyPath:
                 if isinstance(call, Failure):
                     return None
             table = entry.table
-            if entry.text_is_wire and key_segment.isascii() and b"%" not in key_segment:
+            if entry.text_is_wire and key_segment.isascii() and key_segment.find(b"%") < 0:
                 if len(key_segment) > self._max_key:
                     return None
                 wire = store_key = key_segment
@@ -244,7 +250,6 @@ class KeyPath:
             else:
                 found = self._resolve(tp, None)
                 if not isinstance(found, LocalReplica):  # forward, or wait
-                    node = view.url
                     if call is None:
                         call = new_call(self._settings, None, None, path.decode("latin-1"))
                     assert isinstance(call, Call)  # a Failure declined above; no headers can't fail
@@ -253,8 +258,17 @@ class KeyPath:
                         started,
                         tp,
                         call,
-                        lambda replica: read_key(
-                            table, entry.codecs, key_text, wire, store_key, partition, replica, node
+                        # A partial, not a lambda: a closure would make every variable it
+                        # names a cell for the whole of this function, local reads too.
+                        partial(
+                            read_key,
+                            table,
+                            entry.codecs,
+                            key_text,
+                            wire,
+                            store_key,
+                            partition,
+                            node=view.url,
                         ),
                         found,
                     )

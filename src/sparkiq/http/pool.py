@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from sparkiq.auth.cluster import CLUSTER_HEADER, ClusterCredential
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.guard import FORWARD_HEADERS
+from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import JSON, JSON_HEADERS, Response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
@@ -332,7 +333,7 @@ class _Origin:
 class PoolForwarder:
     """`Forwarder` over raw keep-alive HTTP/1.1 connections, pooled per owner URL.
 
-    Every request carries the current request's id and caller credentials
+    Every request carries the current request's id (`REQUEST_ID`) and caller credentials
     (`guard.FORWARD_HEADERS`) and, when the cluster has a credential, its signature.
     https:// owners are reached over TLS, verified against `ssl_context` (default: the
     system's trust store).
@@ -453,6 +454,8 @@ class PoolForwarder:
             f"{HOPS_HEADER}: {hops + 1}\r\n{BUDGET_HEADER}: {max(1, int(budget_s * 1000))}\r\n"
             f"{FORWARD_HEADERS.get()}"
         )
+        if (rid := REQUEST_ID.get()) is not None:
+            head += f"{REQUEST_ID_HEADER}: {rid}\r\n"
         if self._cluster is not None:
             head += f"{CLUSTER_HEADER}: {self._cluster.sign(method, target, hops + 1)}\r\n"
         if body is not None:

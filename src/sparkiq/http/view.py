@@ -15,6 +15,9 @@ from sparkiq.queries import ReplicaRole
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
 
+# A module constant: on Python 3.11 `ReplicaRole.ACTIVE` goes through EnumType.__getattr__.
+_ACTIVE = ReplicaRole.ACTIVE
+
 
 @dataclass(slots=True)
 class Placement:
@@ -39,7 +42,7 @@ class Placement:
 
     @property
     def is_local_active(self) -> bool:
-        return self.local_role is ReplicaRole.ACTIVE and self.local_ready
+        return self.local_role is _ACTIVE and self.local_ready
 
 
 class ReadableStore(Protocol):
