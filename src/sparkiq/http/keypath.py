@@ -48,7 +48,7 @@ PREFIX = b"/v1/tables/"
 # The body of a found key, as a template: the bytes orjson would make of the same dict,
 # without building and dumping one.
 _ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":%b}'
-_KEYS = b"keys/"
+_KEYS = b"keys"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
@@ -204,14 +204,11 @@ class KeyPath:
             return None
         started = time.perf_counter()
         try:
-            table_segment, _, rest = path[len(PREFIX) :].partition(b"/")
-            if not rest.startswith(_KEYS):
+            # <table>/keys/<key>: one split checks the shape (no more "/" in the key).
+            segments = path[len(PREFIX) :].split(b"/")
+            if len(segments) != 3 or segments[1] != _KEYS or not segments[2]:
                 return None
-            key_segment = rest[len(_KEYS) :]
-            # find(), not `in`: `b"/" in key_segment` first tries its operand as an int and
-            # raises (and clears) a TypeError inside, which costs more than the search.
-            if not key_segment or key_segment.find(b"/") >= 0:
-                return None
+            table_segment, _, key_segment = segments
             view = self._view
             entry = self._tables.get(table_segment)
             if entry is None or view.table(entry.table.name) is not entry.table:
@@ -226,6 +223,8 @@ class KeyPath:
                 if isinstance(call, Failure):
                     return None
             table = entry.table
+            # find(), not `in`: `b"%" in key_segment` first tries its operand as an int and
+            # raises (and clears) a TypeError inside, which costs more than the search.
             if entry.text_is_wire and key_segment.isascii() and key_segment.find(b"%") < 0:
                 if len(key_segment) > self._max_key:
                     return None
