@@ -1,4 +1,4 @@
-"""Instructions per local key lookup in a node's own code: a measure that does not drift.
+"""Instructions per key lookup in a node's own code: a measure that does not drift.
 
 `bench_http.py` measures what a client sees, but on this shared machine its figures move
 2-3x within minutes, so a change of a few percent in the node's own work cannot be seen
@@ -10,16 +10,24 @@ there. This benchmark takes the sockets away and counts instructions instead:
   lookup of a node short of the two system calls: gate, key path, RocksDB get, rendering,
   metrics, the answer's bytes;
 - `minimal app`: the same requests through `refapp.LoopRef`, the minimal app on the same
-  stack (httptools' parser, a dict lookup, a prepared answer), the floor in this harness.
+  stack (httptools' parser, a dict lookup, a prepared answer), the floor in this harness;
+- `forwarded, loop`: the same requests to a node that owns no partition, which forwards
+  each over its pool to an owner node listening on 127.0.0.1 in the same process: both
+  nodes' work for one forwarded lookup (the forwarding node's lane and pool, the owner's
+  parser path, gate and key path), one request at a time, with the loop turns between;
+- `local, loop`: the owner node alone answering the same requests in that harness, the
+  local lookup to compare the forwarded one with (it adds the loop turns to `sparkiq`).
 
 Each runs in its own process under `valgrind --tool=callgrind`. The measured requests are
 answered from inside `itertools.starmap()`, and callgrind collects only while `starmap_next`
 is on the stack (`--toggle-collect`), so start-up, imports and the warm-up round (every
 request once, before the measured one) are not counted. (Not `map()`: with it, a module
-import was counted as well.) The counts repeat within ~1% from run to run whatever else
-the machine does. Instructions are not time (cache misses and branch mispredictions are
-not in them), but the node's lookup is CPU-bound Python, and fewer instructions for the
-same work take less time. `--time` times the same loops instead (noisy).
+import was counted as well.) The two `loop` subjects run in the loop; their process zeroes
+callgrind's counters before the measured round and dumps them after (`callgrind_control`).
+The counts repeat within ~1% from run to run whatever else the machine does. Instructions
+are not time (cache misses and branch mispredictions are not in them), but the node's lookup
+is CPU-bound Python, and fewer instructions for the same work take less time. `--time` times
+the same loops instead (noisy).
 
     .venv/bin/python benchmarks/bench_lane.py [--requests 3000] [--time]
 
@@ -30,6 +38,7 @@ missing and the script runs as root).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import re
@@ -48,8 +57,12 @@ sys.path.insert(0, str(HERE))
 
 import bench_http  # noqa: E402  (a sibling script, not a package)
 
-SUBJECTS = ("sparkiq", "minimal app")
+SUBJECTS = ("sparkiq", "minimal app", "local, loop", "forwarded, loop")
+# Subjects answered through the running loop, request by request: counted between a zeroing
+# and a dump of callgrind's counters (`callgrind_control`), not inside `starmap`.
+ROUND_TRIPS = ("local, loop", "forwarded, loop")
 PREFIX = b"/v1/tables/bench/keys/"
+UNDER_CALLGRIND = "SPARKIQ_BENCH_UNDER_CALLGRIND"
 
 
 class CountingTransport:
@@ -124,8 +137,85 @@ async def minimal_lane() -> tuple[Callable[[bytes], None], CountingTransport]:
     return protocol.data_received, transport
 
 
+class WaitingTransport(CountingTransport):
+    """A `CountingTransport` that settles `answered` at each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: asyncio.Future[None] | None = None
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)
+
+
+def callgrind(flag: str) -> None:
+    """Zero (-z) or dump (-d) this process's callgrind counters, when running under it."""
+    if os.environ.get(UNDER_CALLGRIND):
+        subprocess.run(
+            ["callgrind_control", flag, str(os.getpid())], check=True, capture_output=True
+        )
+
+
+async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
+    """Requests one at a time through the loop: to an owner node, or forwarded to it."""
+    from sparkiq.http.loopserver import _Connection
+    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.testing import StaticView
+    from sparkiq.store import StoreRegistry
+
+    table = bench_http.table_def()
+    owner_port = bench_http.free_port()
+    owner_url = f"http://127.0.0.1:{owner_port}"
+    owner_view = StaticView(owner_url, [table])
+    registry = StoreRegistry(state_dir)
+    for p in range(bench_http.PARTITIONS):
+        store = registry.open(table, p)
+        owner_view.set_placement((table.topic, p), owner_url, store=store, offset=store.next_offset)
+    owner = HttpServer(owner_view, "127.0.0.1", owner_port, interface=Interface.LOOP)
+    await owner.start()
+    node = owner
+    if subject == "forwarded, loop":
+        port = bench_http.free_port()
+        view = StaticView(f"http://127.0.0.1:{port}", [table])
+        for p in range(bench_http.PARTITIONS):
+            view.set_placement((table.topic, p), owner_url)
+        node = HttpServer(view, "127.0.0.1", port, interface=Interface.LOOP)
+    loop_server = node._loop_server
+    assert loop_server is not None
+    connection = _Connection(loop_server)
+    transport = WaitingTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    batch = requests(n)
+
+    async def one_by_one() -> None:
+        for data in batch:
+            transport.answered = loop.create_future()
+            connection.data_received(data)
+            await transport.answered
+
+    await one_by_one()  # warm-up: connections, caches
+    writes = transport.writes
+    callgrind("-z")
+    started = time.perf_counter()
+    await one_by_one()
+    seconds = time.perf_counter() - started
+    callgrind("-d")
+    if transport.writes - writes != n:
+        raise SystemExit(f"{subject}: {transport.writes - writes} answers to {n} requests")
+    print(f"RESULT {seconds / n * 1e6:.2f}")
+    connection.connection_lost(None)
+    await owner.stop()
+    registry.close_all()
+
+
 async def run_inner(subject: str, state_dir: str, n: int) -> None:
     """Answer the requests once to warm up, then once measured (inside `starmap`)."""
+    if subject in ROUND_TRIPS:
+        await run_round_trips(subject, state_dir, n)
+        return
     if subject == "sparkiq":
         one, transport = await sparkiq_lane(state_dir)
     else:
@@ -148,24 +238,29 @@ def inner_command(subject: str, state_dir: str, n: int) -> list[str]:
 
 def count(subject: str, state_dir: str, n: int, workdir: Path) -> float:
     """Instructions per request of `subject` under callgrind."""
-    out = workdir / f"callgrind.{subject.replace(' ', '_')}.out"
+    name = re.sub(r"\W+", "_", subject)
+    round_trips = subject in ROUND_TRIPS
     proc = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
-            "--toggle-collect=starmap_next",
-            f"--callgrind-out-file={out}",
+            *([] if round_trips else ["--toggle-collect=starmap_next"]),
+            f"--callgrind-out-file={workdir / name}.%p",
             *inner_command(subject, state_dir, n),
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
+        env={**os.environ, "PYTHONHASHSEED": "0", UNDER_CALLGRIND: "1"},
     )
-    collected = re.search(r"Collected : ([\d,]+)", proc.stderr)
     result = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or collected is None or not result:
+    if round_trips:  # the dump made after the measured round
+        dumps = list(workdir.glob(f"{name}.*.1"))
+        found = re.search(r"^totals: (\d+)", dumps[0].read_text(), re.M) if dumps else None
+    else:
+        found = re.search(r"Collected : ([\d,]+)", proc.stderr)
+    if proc.returncode != 0 or found is None or not result:
         raise SystemExit(f"{subject} under callgrind failed:\n{proc.stdout}\n{proc.stderr}")
-    return int(collected.group(1).replace(",", "")) / n
+    return int(found.group(1).replace(",", "")) / n
 
 
 def timed(subject: str, state_dir: str, n: int) -> float:
@@ -220,10 +315,12 @@ def main() -> None:
             else:
                 figures[subject] = count(subject, str(state_dir), args.requests, workdir)
         unit = "us/request (best of 3, natively)" if args.time else "instructions/request"
-        print(f"\n{args.requests} local lookups of random keys out of {bench_http.KEYS}")
+        print(f"\n{args.requests} lookups of random keys out of {bench_http.KEYS}")
         for subject, figure in figures.items():
-            print(f"{subject:12s} {figure:10,.{2 if args.time else 0}f} {unit}")
+            print(f"{subject:16s} {figure:10,.{2 if args.time else 0}f} {unit}")
         print(f"sparkiq/minimal app: {figures['sparkiq'] / figures['minimal app']:.2f}")
+        forwarded = figures["forwarded, loop"] / figures["local, loop"]
+        print(f"forwarded/local (both nodes' work per lookup, through the loop): {forwarded:.2f}")
 
 
 if __name__ == "__main__":
