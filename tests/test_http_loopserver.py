@@ -299,6 +299,27 @@ async def test_the_plain_lane_answers_as_the_parser_does(server: LoopServer, pat
     writer.close()
 
 
+async def test_plain_gets_after_a_declined_request_are_answered_the_same(
+    server: LoopServer,
+) -> None:
+    # After a request the lane declines, the connection's next requests take the parser's
+    # way for a while, then the lane's again: the answers do not change across the switch.
+    reader, writer = await connect(server)
+    writer.write(get("/v1/tables/users/keys/user-1", "X-Request-Id: declined-1"))
+    first = await read_answer(reader)
+    assert first.headers["x-request-id"] == "declined-1"
+    for i in range(40):
+        key = ("nobody", "user-1", "user-2")[i % 3]
+        writer.write(get(f"/v1/tables/users/keys/{key}"))
+        answer = await read_answer(reader)
+        if key == "nobody":
+            assert answer.status == 404, i
+        else:
+            assert answer.json()["value"] == {"n": i % 3}, i
+        assert answer.headers["x-request-id"] != "declined-1"
+    writer.close()
+
+
 async def test_a_request_begun_in_one_read_is_finished_by_the_next(server: LoopServer) -> None:
     reader, writer = await connect(server)
     # The second read alone looks like a plain GET, but it is the rest of a header value.

@@ -52,7 +52,7 @@ _KEYS = b"keys"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
-_LOCAL, _STANDBY = Outcome.LOCAL, Outcome.STANDBY
+_LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
 
 
 def _settle(out: asyncio.Future[Response], task: asyncio.Task[Response]) -> None:
@@ -329,7 +329,7 @@ class KeyPath:
                 return
             if isinstance(answer, Response) and answer.status not in (503, 508):
                 self._observe(
-                    "key", Outcome.FORWARDED, answer.status, time.perf_counter() - pending.started
+                    "key", _FORWARDED, answer.status, time.perf_counter() - pending.started
                 )
                 out.set_result(answer)
                 return

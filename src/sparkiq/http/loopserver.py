@@ -92,6 +92,12 @@ _NOT_PLAIN = re.compile(
     b"(?:^|\n)(?:" + b"|".join(re.escape(h.encode()) for h in _LANE_HEADERS) + b")"
 )
 
+# After a request the lane declined, the connection's next requests go straight to the parser:
+# a client whose requests carry headers the lane leaves alone (a credential, or a node's
+# forwarding headers) would otherwise pay for the lane's look at every one of them (~8k
+# instructions; `benchmarks/bench_lane.py`). It tries the lane again after this many.
+_LANE_SKIPS = 16
+
 
 def plain_get(data: bytes, known_head: bytes | None = None) -> tuple[bytes, bytes] | None:
     """The target and the header block of `data` if it is exactly one plain GET the lane may
@@ -153,6 +159,7 @@ class _Connection(asyncio.Protocol):
         self._too_large = False
         self._in_message = False  # the parser has begun a request it has not completed
         self._plain_head: bytes | None = None  # the header block last found plain (`plain_get`)
+        self._lane_skips = 0  # requests still to take the parser's way without trying the lane
         self._queue: deque[_Request] = deque()  # parsed, waiting for the one in `_task`
         # The answer being awaited (a task, or a forward's future), and how to send it.
         self._task: asyncio.Future[Response] | None = None
@@ -183,15 +190,15 @@ class _Connection(asyncio.Protocol):
         if self._closing:
             return
         now = self.last_active = time.monotonic()
-        if (
-            not self._in_message
-            and self._task is None
-            and not self._queue
-            and (plain := plain_get(data, self._plain_head)) is not None
-        ):
-            target, self._plain_head = plain
-            self._answer_plain(target)
-            return
+        if not self._in_message and self._task is None and not self._queue:
+            if self._lane_skips:
+                self._lane_skips -= 1
+            elif (plain := plain_get(data, self._plain_head)) is not None:
+                target, self._plain_head = plain
+                self._answer_plain(target)
+                return
+            else:
+                self._lane_skips = _LANE_SKIPS
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
