@@ -49,6 +49,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkiq.tables import TableDef
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -121,7 +125,7 @@ http {
 """
 
 
-def table_def():  # type: ignore[no-untyped-def]
+def table_def() -> TableDef:
     from sparkiq.tables import Format, TableDef
 
     return TableDef("bench", "bench-changelog", PARTITIONS, Format.STRING, Format.JSON)
@@ -140,13 +144,13 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"process {proc.args} exited with {proc.returncode}")
+            raise SystemExit(f"process {proc.args!r} exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port} after {timeout}s ({proc.args})")
+    raise SystemExit(f"nothing listens on {port} after {timeout}s ({proc.args!r})")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
