@@ -52,6 +52,8 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sparkiq.http.testing import StaticView
+    from sparkiq.store import StoreRegistry
     from sparkiq.tables import TableDef
 
 HERE = Path(__file__).resolve().parent
@@ -163,8 +165,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def require_tools() -> None:
-    missing = [t for t in ("wrk", "nginx") if shutil.which(t) is None]
+def require_tools(tools: tuple[str, ...] = ("wrk", "nginx"), script: str = "bench_http") -> None:
+    """Debian packages `tools` (each named as its command) on PATH: installed with apt-get when
+    missing and running as root, else a clear exit."""
+    missing = [t for t in tools if shutil.which(t) is None]
     if missing and os.geteuid() == 0 and shutil.which("apt-get"):
         print(f"installing {' '.join(missing)} with apt-get ...", flush=True)
         subprocess.run(["apt-get", "update", "-qq"], check=False)
@@ -172,7 +176,7 @@ def require_tools() -> None:
         missing = [t for t in missing if shutil.which(t) is None]
     if missing:
         raise SystemExit(
-            f"bench_http needs {' and '.join(missing)} on PATH: apt-get install -y wrk nginx"
+            f"{script} needs {' and '.join(missing)} on PATH: apt-get install -y {' '.join(tools)}"
         )
 
 
@@ -223,24 +227,32 @@ def node_kind(name: str) -> NodeKind:
     return NodeKind(base, "jwt" in options, depth)
 
 
-async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
-    from sparkiq.http.server import HttpServer, Interface
-    from sparkiq.http.settings import HttpSettings
+def bench_view(
+    url: str, state_dir: str, owner_url: str | None = None
+) -> tuple[StaticView, StoreRegistry | None]:
+    """The view of a bench node at `url`: the active of every partition, over the stores in
+    `state_dir` (and their registry, to close), or with `owner_url` the node that is."""
     from sparkiq.http.testing import StaticView
     from sparkiq.store import StoreRegistry
 
     table = table_def()
-    url = f"http://127.0.0.1:{port}"
     view = StaticView(url, [table])
-    registry = None
-    if owner_url is None:
-        registry = StoreRegistry(state_dir)
-        for p in range(PARTITIONS):
-            store = registry.open(table, p)
-            view.set_placement((table.topic, p), url, store=store, offset=store.next_offset)
-    else:
+    if owner_url is not None:
         for p in range(PARTITIONS):
             view.set_placement((table.topic, p), owner_url)
+        return view, None
+    registry = StoreRegistry(state_dir)
+    for p in range(PARTITIONS):
+        store = registry.open(table, p)
+        view.set_placement((table.topic, p), url, store=store, offset=store.next_offset)
+    return view, registry
+
+
+async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
+    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.settings import HttpSettings
+
+    view, registry = bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)
     kind = node_kind(interface)
     settings = HttpSettings()
     if kind.pipeline_depth is not None:

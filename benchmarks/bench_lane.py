@@ -42,7 +42,6 @@ import asyncio
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,16 +96,8 @@ async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], Countin
     """One loop-server connection of a node whose stores are all local actives."""
     from sparkiq.http.loopserver import _Connection
     from sparkiq.http.server import HttpServer, Interface
-    from sparkiq.http.testing import StaticView
-    from sparkiq.store import StoreRegistry
 
-    table = bench_http.table_def()
-    url = "http://127.0.0.1:8080"
-    view = StaticView(url, [table])
-    registry = StoreRegistry(state_dir)
-    for p in range(bench_http.PARTITIONS):
-        store = registry.open(table, p)
-        view.set_placement((table.topic, p), url, store=store, offset=store.next_offset)
+    view, _ = bench_http.bench_view("http://127.0.0.1:8080", state_dir)
     server = HttpServer(view, "127.0.0.1", 8080, interface=Interface.LOOP)
     loop_server = server._loop_server
     assert loop_server is not None
@@ -162,25 +153,17 @@ async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
     """Requests one at a time through the loop: to an owner node, or forwarded to it."""
     from sparkiq.http.loopserver import _Connection
     from sparkiq.http.server import HttpServer, Interface
-    from sparkiq.http.testing import StaticView
-    from sparkiq.store import StoreRegistry
 
-    table = bench_http.table_def()
     owner_port = bench_http.free_port()
     owner_url = f"http://127.0.0.1:{owner_port}"
-    owner_view = StaticView(owner_url, [table])
-    registry = StoreRegistry(state_dir)
-    for p in range(bench_http.PARTITIONS):
-        store = registry.open(table, p)
-        owner_view.set_placement((table.topic, p), owner_url, store=store, offset=store.next_offset)
+    owner_view, registry = bench_http.bench_view(owner_url, state_dir)
+    assert registry is not None
     owner = HttpServer(owner_view, "127.0.0.1", owner_port, interface=Interface.LOOP)
     await owner.start()
     node = owner
     if subject == "forwarded, loop":
         port = bench_http.free_port()
-        view = StaticView(f"http://127.0.0.1:{port}", [table])
-        for p in range(bench_http.PARTITIONS):
-            view.set_placement((table.topic, p), owner_url)
+        view, _ = bench_http.bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)
         node = HttpServer(view, "127.0.0.1", port, interface=Interface.LOOP)
     loop_server = node._loop_server
     assert loop_server is not None
@@ -275,17 +258,6 @@ def timed(subject: str, state_dir: str, n: int) -> float:
     return best
 
 
-def require_valgrind() -> None:
-    if shutil.which("valgrind") is not None:
-        return
-    if os.geteuid() == 0 and shutil.which("apt-get") is not None:
-        print("installing valgrind with apt-get ...", flush=True)
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "valgrind"], check=True)
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is required (Debian: apt-get install -y valgrind)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--requests", type=int, default=3000, help="measured requests")
@@ -301,7 +273,7 @@ def main() -> None:
         uvloop.run(run_inner(args.inner, args.state_dir, args.requests))
         return
     if not args.time:
-        require_valgrind()
+        bench_http.require_tools(("valgrind",), "bench_lane")
     with tempfile.TemporaryDirectory(prefix="sparkiq-bench-lane-") as tmp:
         workdir = Path(tmp)
         state_dir = workdir / "state"
