@@ -16,7 +16,9 @@ there. This benchmark takes the sockets away and counts instructions instead:
   nodes' work for one forwarded lookup (the forwarding node's lane and pool, the owner's
   parser path, gate and key path), one request at a time, with the loop turns between;
 - `local, loop`: the owner node alone answering the same requests in that harness, the
-  local lookup to compare the forwarded one with (it adds the loop turns to `sparkiq`).
+  local lookup to compare the forwarded one with (it adds the loop turns to `sparkiq`);
+- `owner of a forward`: as `sparkiq`, but each request as a forwarding node's pool writes
+  it (hops, budget and request id headers): the owner's share of a forwarded lookup.
 
 Each runs in its own process under `valgrind --tool=callgrind`. The measured requests are
 answered from inside `itertools.starmap()`, and callgrind collects only while `starmap_next`
@@ -29,7 +31,7 @@ are not time (cache misses and branch mispredictions are not in them), but the n
 is CPU-bound Python, and fewer instructions for the same work take less time. `--time` times
 the same loops instead (noisy).
 
-    .venv/bin/python benchmarks/bench_lane.py [--requests 3000] [--time]
+    .venv/bin/python benchmarks/bench_lane.py [--requests 3000] [--time] [--only SUBJECT]
 
 Requires valgrind (Debian: `apt-get install -y valgrind`; installed with apt-get when
 missing and the script runs as root).
@@ -56,7 +58,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_http  # noqa: E402  (a sibling script, not a package)
 
-SUBJECTS = ("sparkiq", "minimal app", "local, loop", "forwarded, loop")
+SUBJECTS = ("sparkiq", "owner of a forward", "minimal app", "local, loop", "forwarded, loop")
 # Subjects answered through the running loop, request by request: counted between a zeroing
 # and a dump of callgrind's counters (`callgrind_control`), not inside `starmap`.
 ROUND_TRIPS = ("local, loop", "forwarded, loop")
@@ -90,6 +92,23 @@ def requests(n: int) -> list[bytes]:
         % (PREFIX, rng.randrange(bench_http.KEYS))
         for _ in range(n)
     ]
+
+
+def forwarded_requests(n: int) -> list[bytes]:
+    """`requests(n)` as a forwarding node's pool sends them to the owner (its own code
+    writes them: `PoolForwarder._request`), each with a request id of its own."""
+    from sparkiq.http.pool import PoolForwarder, _Origin
+    from sparkiq.http.requestid import REQUEST_ID, new_request_id
+
+    pool = PoolForwarder()
+    origin = _Origin("127.0.0.1", 8080, 1, None)
+    out = []
+    for data in requests(n):
+        target = data.split(b" ", 2)[1].decode("ascii")
+        token = REQUEST_ID.set(new_request_id())
+        out.append(pool._request(origin, "GET", target, None, 0, 2.0))
+        REQUEST_ID.reset(token)
+    return out
 
 
 async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], CountingTransport]:
@@ -199,11 +218,11 @@ async def run_inner(subject: str, state_dir: str, n: int) -> None:
     if subject in ROUND_TRIPS:
         await run_round_trips(subject, state_dir, n)
         return
-    if subject == "sparkiq":
-        one, transport = await sparkiq_lane(state_dir)
-    else:
+    if subject == "minimal app":
         one, transport = await minimal_lane()
-    batch = requests(n)
+    else:
+        one, transport = await sparkiq_lane(state_dir)
+    batch = forwarded_requests(n) if subject == "owner of a forward" else requests(n)
     for data in batch:
         one(data)
     writes = transport.writes
@@ -262,6 +281,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--requests", type=int, default=3000, help="measured requests")
     parser.add_argument("--time", action="store_true", help="time natively instead")
+    parser.add_argument(
+        "--only", choices=SUBJECTS, action="append", help="measure only this subject (repeatable)"
+    )
     parser.add_argument("--inner", choices=SUBJECTS, help=argparse.SUPPRESS)
     parser.add_argument("--state-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -280,7 +302,7 @@ def main() -> None:
         print(f"building {bench_http.KEYS // 1000}k keys in RocksDB ...", flush=True)
         bench_http.build_stores(state_dir)
         figures: dict[str, float] = {}
-        for subject in SUBJECTS:
+        for subject in args.only or SUBJECTS:
             print(f"{subject} ...", flush=True)
             if args.time:
                 figures[subject] = timed(subject, str(state_dir), args.requests)
@@ -289,10 +311,13 @@ def main() -> None:
         unit = "us/request (best of 3, natively)" if args.time else "instructions/request"
         print(f"\n{args.requests} lookups of random keys out of {bench_http.KEYS}")
         for subject, figure in figures.items():
-            print(f"{subject:16s} {figure:10,.{2 if args.time else 0}f} {unit}")
-        print(f"sparkiq/minimal app: {figures['sparkiq'] / figures['minimal app']:.2f}")
-        forwarded = figures["forwarded, loop"] / figures["local, loop"]
-        print(f"forwarded/local (both nodes' work per lookup, through the loop): {forwarded:.2f}")
+            print(f"{subject:18s} {figure:10,.{2 if args.time else 0}f} {unit}")
+        if "sparkiq" in figures and "minimal app" in figures:
+            ratio = figures["sparkiq"] / figures["minimal app"]
+            print(f"sparkiq/minimal app: {ratio:.2f}")
+        if "forwarded, loop" in figures and "local, loop" in figures:
+            forwarded = figures["forwarded, loop"] / figures["local, loop"]
+            print(f"forwarded/local (both nodes' work per lookup, the loop): {forwarded:.2f}")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,17 @@ async def test_forwarded_request_with_hops_is_answered(
     assert (await same_as_generic(api, client, path, headers)).json()["value"] == {"n": 3}
 
 
+@pytest.mark.parametrize(("hops", "status"), [("+2", 200), ("\u0662", 200), ("\u00b2", 400)])
+async def test_hops_not_in_ascii_digits_are_the_generic_paths(
+    api: HttpApi, hops: str, status: int
+) -> None:
+    # int() takes "+2" and an Arabic-Indic two, not a superscript two: the key path leaves
+    # all three to the generic path, which answers by that rule.
+    path = "/v1/tables/users/keys/user-03"
+    assert not await answered(api, path, hops=hops)
+    assert (await api.handle("GET", path, "", {"x-sparkiq-hops": hops}, b"")).status == status
+
+
 async def test_hop_limit_is_508(api: HttpApi, client: httpx.AsyncClient, view: StaticView) -> None:
     partition = partition_for(b"user-04", USERS.partitions)
     view.set_placement((USERS.topic, partition), OTHER)  # would have to forward once more

@@ -3,7 +3,8 @@
 What a client relies on beyond single requests: answers in request order on a pipelined
 connection (also when one of them waits in a task), keep-alive and `Connection: close`,
 HTTP/1.0, HEAD, `Expect: 100-continue`, bodies over the limit, malformed requests, the
-idle and request timeouts, and the plain lane (a plain GET answered without the parser).
+idle and request timeouts, the plain lane (a plain GET answered without the parser) and the
+node lane (the GETs another node's pool forwards, answered without the parser).
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
 from sparkiq.http import HttpApi, HttpSettings
-from sparkiq.http.loopserver import LoopServer, plain_get
+from sparkiq.http.guard import FORWARD_HEADERS
+from sparkiq.http.loopserver import _FORWARDED, LoopServer, plain_get
+from sparkiq.http.pool import PoolForwarder, _Origin
+from sparkiq.http.requestid import REQUEST_ID
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 
@@ -332,4 +337,110 @@ async def test_a_request_begun_in_one_read_is_finished_by_the_next(server: LoopS
     assert answer.json()["error"]["code"] == "no_route"  # type: ignore[index]
     writer.write(get("/v1/tables/users/keys/user-1"))  # then the lane again
     assert (await read_answer(reader)).json()["value"] == {"n": 1}
+    writer.close()
+
+
+def forwarded(path: str, request_id: str | None = None, hops: int = 1) -> bytes:
+    """A GET as a node's pool forwards it (the node lane's shape)."""
+    lines = [f"GET {path} HTTP/1.1", "host: test", f"x-sparkiq-hops: {hops}"]
+    lines.append("x-sparkiq-budget-ms: 400")
+    if request_id is not None:
+        lines.append(f"x-request-id: {request_id}")
+    return "\r\n".join([*lines, "", ""]).encode()
+
+
+def pool_request(target: str, request_id: str | None, pool: PoolForwarder) -> bytes:
+    token = REQUEST_ID.set(request_id)
+    try:
+        return pool._request(_Origin("127.0.0.1", 8080, 1, None), "GET", target, None, 0, 0.4)
+    finally:
+        REQUEST_ID.reset(token)
+
+
+def test_the_node_lane_reads_the_requests_a_pool_writes() -> None:
+    # `_FORWARDED` describes what `PoolForwarder._request` writes from the other side: were
+    # the two to drift apart, forwards would still be answered (by the parser), only slower.
+    target = "/v1/tables/users/keys/a%2Fb"
+    for rid in ("0123456789abcdef", None):
+        match = _FORWARDED.fullmatch(pool_request(target, rid, PoolForwarder()))
+        assert match is not None
+        assert match.groups() == (target.encode(), b"1", b"400", rid and rid.encode())
+    # With credentials or a cluster signature the parser reads it (the gate checks them).
+    token = FORWARD_HEADERS.set("authorization: Bearer t\r\n")
+    try:
+        assert _FORWARDED.fullmatch(pool_request(target, "r1", PoolForwarder())) is None
+    finally:
+        FORWARD_HEADERS.reset(token)
+    signed = PoolForwarder(cluster=ClusterCredential(b"s" * 32))
+    assert _FORWARDED.fullmatch(pool_request(target, "r1", signed)) is None
+    # Nor does it take a query, another method, or a header more.
+    for request in (
+        forwarded("/v1/tables/users/range?limit=2", "r1"),
+        forwarded("/healthz", "r1").replace(b"GET", b"HEAD"),
+        forwarded("/healthz", "r1").replace(b"\r\n\r\n", b"\r\naccept: */*\r\n\r\n"),
+        forwarded("/healthz", "bad id!"),
+    ):
+        assert _FORWARDED.fullmatch(request) is None, request
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/tables/users/keys/user-2",  # a local key
+        "/v1/tables/users/keys/nobody",  # absent: 404
+        "/v1/tables/users/keys/a%2Fb",  # percent-encoded
+        "/v1/tables/nope/keys/x",  # unknown table: declined to the generic path
+        "/v1/tables/users/range",  # the generic path, in a task
+        "/healthz",
+    ],
+)
+async def test_the_node_lane_answers_as_the_parser_does(server: LoopServer, path: str) -> None:
+    reader, writer = await connect(server)
+    writer.write(forwarded(path, "lane-1"))  # the node lane
+    lane = await read_answer(reader)
+    # The same request with one header more: the parser's way, the same meaning.
+    writer.write(forwarded(path, "lane-1").replace(b"\r\n\r\n", b"\r\naccept: */*\r\n\r\n"))
+    parsed = await read_answer(reader)
+    assert (lane.status, lane.body, lane.headers) == (parsed.status, parsed.body, parsed.headers)
+    assert lane.headers["x-request-id"] == "lane-1"
+    writer.close()
+
+
+async def test_pipelined_forwards_are_answered_in_order_with_their_ids(
+    server: LoopServer,
+) -> None:
+    reader, writer = await connect(server)
+    paths = [
+        "/v1/tables/users/keys/user-1",
+        "/v1/tables/users/range?limit=2",  # a query: this read goes to the parser
+        "/v1/tables/users/keys/nobody",
+        "/v1/tables/users/keys/user-3",
+    ]
+    for batch in (paths, [p for p in paths if "?" not in p]):  # the second: all node lane
+        writer.write(b"".join(forwarded(p, f"f-{i}") for i, p in enumerate(batch)))
+        answers = [await read_answer(reader) for _ in batch]
+        assert [a.headers["x-request-id"] for a in answers] == [f"f-{i}" for i in range(len(batch))]
+        assert [a.status for a in answers] == [404 if "nobody" in p else 200 for p in batch]
+        assert answers[0].json()["value"] == {"n": 1}
+        assert answers[-1].json()["value"] == {"n": 3}
+    # A node's connection may still send anything else: a plain GET, then a forward again.
+    writer.write(get("/v1/tables/users/keys/user-2"))
+    assert (await read_answer(reader)).json()["value"] == {"n": 2}
+    writer.write(forwarded("/v1/tables/users/keys/user-4", "f-last"))
+    last = await read_answer(reader)
+    assert (last.json()["value"], last.headers["x-request-id"]) == ({"n": 4}, "f-last")
+    writer.close()
+
+
+async def test_a_forward_behind_a_waiting_request_waits_its_turn(server: LoopServer) -> None:
+    reader, writer = await connect(server)
+    writer.write(forwarded("/v1/tables/users/keys/user-1", "first"))
+    assert (await read_answer(reader)).status == 200  # the connection is a node's now
+    # A range (answered in a task) and a key in one read: the key is queued behind it.
+    writer.write(
+        forwarded("/v1/tables/users/range", "r") + forwarded("/v1/tables/users/keys/user-2", "k")
+    )
+    answers = [await read_answer(reader) for _ in range(2)]
+    assert [a.headers["x-request-id"] for a in answers] == ["r", "k"]
+    assert answers[1].json()["value"] == {"n": 2}
     writer.close()

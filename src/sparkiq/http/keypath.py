@@ -20,9 +20,8 @@ same bytes either way: tests/test_http_keypath.py checks each case against the g
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -53,18 +52,6 @@ _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. per
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
-
-
-def _settle(out: asyncio.Future[Response], task: asyncio.Task[Response]) -> None:
-    """Pass a task's result (or error) on to `out`, unless `out` is settled already."""
-    if out.done():
-        return
-    if task.cancelled():
-        out.cancel()
-    elif (exc := task.exception()) is not None:
-        out.set_exception(exc)
-    else:
-        out.set_result(task.result())
 
 
 def read_key(
@@ -217,11 +204,15 @@ class KeyPath:
                     return None
             if not identity.may_read(entry.table.name):
                 return None
-            call: Call | Failure | None = None
-            if hops is not None:  # forwarded to us: check the headers as the generic path does
-                call = new_call(self._settings, hops, budget, path.decode("latin-1"))
-                if isinstance(call, Failure):
-                    return None
+            # Forwarded to us: headers of ASCII digits only are taken here (a local read does
+            # not need the `Call` they make; `new_call` checks them if one is made); any other
+            # spelling goes to the generic path, which checks it by the full rules.
+            if hops is not None and not (
+                hops.isascii()
+                and hops.isdigit()
+                and (budget is None or (budget.isascii() and budget.isdigit()))
+            ):
+                return None
             table = entry.table
             # find(), not `in`: `b"%" in key_segment` first tries its operand as an int and
             # raises (and clears) a TypeError inside, which costs more than the search.
@@ -249,9 +240,9 @@ class KeyPath:
             else:
                 found = self._resolve(tp, None)
                 if not isinstance(found, LocalReplica):  # forward, or wait
-                    if call is None:
-                        call = new_call(self._settings, None, None, path.decode("latin-1"))
-                    assert isinstance(call, Call)  # a Failure declined above; no headers can't fail
+                    call = new_call(self._settings, hops, budget, path.decode("latin-1"))
+                    if isinstance(call, Failure):  # cannot be (digits above), but declining is safe
+                        return None
                     return Pending(
                         path,
                         started,
@@ -309,39 +300,39 @@ class KeyPath:
         self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
         return response
 
-    def forward_now(self, pending: Pending) -> asyncio.Future[Response] | None:
-        """`finish` for the common case without a task: ask the owner on a pooled connection
-        (`Forwarder.send_now`) and pass its answer through from a callback.
+    def forward_now(
+        self,
+        pending: Pending,
+        reply: Callable[[Response], None],
+        carry_on: Callable[[Coroutine[object, object, Response]], None],
+    ) -> bool:
+        """`finish` for the common case without a task or a future: ask the owner on a pooled
+        connection (`Forwarder.send_now`) and pass its answer to `reply`.
 
-        None when it cannot start at once (no owner to ask, no pooled connection to take,
-        the hop limit): use `finish`. Whatever the fast attempt cannot settle -- no answer, a 503 or
-        508 -- continues in `finish` with what the owner said, as if it had asked itself.
+        False when it cannot start at once (no owner to ask, no pooled connection to take,
+        the hop limit): use `finish`. True: exactly one of `reply` (with the owner's answer)
+        or `carry_on` is called later, in the request's context. Whatever the fast attempt
+        cannot settle -- no answer, a 503 or 508 -- continues in `finish` with what the owner
+        said, as if it had asked itself: `carry_on` gets that coroutine to run.
         """
         call = pending.call
         owner = pending.found
         if not isinstance(owner, str) or call.hops >= self._settings.hop_limit:
-            return None
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[Response] = loop.create_future()
+            return False
+        observe = self._observe
 
         def on_answer(answer: Response | Unreachable | None) -> None:
-            if out.done():  # the client went away
-                return
             if isinstance(answer, Response) and answer.status not in (503, 508):
-                self._observe(
-                    "key", _FORWARDED, answer.status, time.perf_counter() - pending.started
-                )
-                out.set_result(answer)
-                return
-            rest = loop.create_task(self.finish(pending, answer))
-            rest.add_done_callback(lambda task: _settle(out, task))
+                observe("key", _FORWARDED, answer.status, time.perf_counter() - pending.started)
+                reply(answer)
+            else:
+                carry_on(self.finish(pending, answer))
 
         # As `answer_single` asks the active: `Locator.ask` with at most active_timeout_s.
         budget_s = ask_budget(call, self._settings.active_timeout_s)
-        started = self._forwarder.send_now(
+        return self._forwarder.send_now(
             owner, call.target, hops=call.hops, budget_s=budget_s, on_answer=on_answer
         )
-        return out if started else None
 
     def _learn(self, segment: bytes) -> _Table | None:
         name = decode_segment(segment.decode("latin-1"))

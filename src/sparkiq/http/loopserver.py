@@ -92,6 +92,23 @@ _NOT_PLAIN = re.compile(
     b"(?:^|\n)(?:" + b"|".join(re.escape(h.encode()) for h in _LANE_HEADERS) + b")"
 )
 
+# The node lane: the GETs another node's pool forwards (`pool.PoolForwarder._request`), one
+# or several pipelined in one read, each exactly in the shape the pool writes when neither
+# caller credentials nor a cluster signature go with it: host, hops, budget and (mostly)
+# request id, lower-case, in that order. They are answered without the parser, as the
+# plain lane answers a client's GET; anything else, however slight the difference, takes
+# the parser's way with the same meaning. The request id is matched with the pattern the
+# gate accepts (`requestid`), so the gate keeps it as sent.
+_FORWARDED = re.compile(
+    rb"GET (/[!->@-~]*) HTTP/1\.1\r\nhost: [!-~]+\r\n"
+    + _HOPS
+    + rb": ([0-9]{1,6})\r\n"
+    + _BUDGET
+    + rb": ([0-9]{1,12})\r\n(?:"
+    + _REQUEST_ID
+    + rb": ([A-Za-z0-9._-]{1,64})\r\n)?\r\n"
+)
+
 # After a request the lane declined, the connection's next requests go straight to the parser:
 # a client whose requests carry headers the lane leaves alone (a credential, or a node's
 # forwarding headers) would otherwise pay for the lane's look at every one of them (~8k
@@ -121,6 +138,19 @@ def plain_get(data: bytes, known_head: bytes | None = None) -> tuple[bytes, byte
         return None
     target = line[4:-9]
     return (target, head) if target.translate(_TARGET_CHECK).find(0) < 0 else None
+
+
+class _Forward:
+    """What `_Connection._task` holds while the owner is asked with callbacks
+    (`KeyPath.forward_now`): nothing to cancel, the callbacks see the connection closing."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        pass
+
+
+_FORWARD = _Forward()
 
 
 @dataclass(slots=True)
@@ -160,9 +190,11 @@ class _Connection(asyncio.Protocol):
         self._in_message = False  # the parser has begun a request it has not completed
         self._plain_head: bytes | None = None  # the header block last found plain (`plain_get`)
         self._lane_skips = 0  # requests still to take the parser's way without trying the lane
+        self._from_node = False  # the last read was of the node lane (`_answer_forwards`)
         self._queue: deque[_Request] = deque()  # parsed, waiting for the one in `_task`
-        # The answer being awaited (a task, or a forward's future), and how to send it.
-        self._task: asyncio.Future[Response] | None = None
+        # The answer being awaited (a task, or `_FORWARD`: the owner's, to `_forward_answered`),
+        # and how to send it.
+        self._task: asyncio.Future[Response] | _Forward | None = None
         self._task_keep_alive = True
         self._task_head = False
         self._closing = False
@@ -190,12 +222,20 @@ class _Connection(asyncio.Protocol):
         if self._closing:
             return
         now = self.last_active = time.monotonic()
-        if not self._in_message and self._task is None and not self._queue:
+        if self._from_node and not self._in_message:
+            # A node's connection stays one: its reads go to the node lane first.
+            if self._answer_forwards(data):
+                return
+            self._from_node = False
+        elif not self._in_message and self._task is None and not self._queue:
             if self._lane_skips:
                 self._lane_skips -= 1
             elif (plain := plain_get(data, self._plain_head)) is not None:
                 target, self._plain_head = plain
                 self._answer_plain(target)
+                return
+            elif self._answer_forwards(data):
+                self._from_node = True
                 return
             else:
                 self._lane_skips = _LANE_SKIPS
@@ -341,6 +381,64 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
+    def _answer_forwards(self, data: bytes) -> bool:
+        """Answer `data` by the node lane if it is wholly forwarded GETs (`_FORWARDED`), in
+        order; False, with nothing answered, if it is not."""
+        match = _FORWARDED.match(data)
+        if match is None:
+            return False
+        if match.end() == len(data):  # the common case: one request
+            self._answer_forward(*match.groups())
+            return True
+        found = [match]
+        while (end := match.end()) < len(data):
+            match = _FORWARDED.match(data, end)
+            if match is None:
+                return False
+            found.append(match)
+        for match in found:
+            self._answer_forward(*match.groups())
+        return True
+
+    def _answer_forward(
+        self, target: bytes, hops: bytes, budget: bytes, request_id: bytes | None
+    ) -> None:
+        """`_answer` for a request of the node lane: a GET of `target` (no query) with the
+        forwarding headers and nothing else the gate or the API reads, on a connection that
+        keeps alive."""
+        if self._closing:
+            return
+        if self._task is not None or self._queue:
+            headers = {_HOPS: hops, _BUDGET: budget}
+            if request_id is not None:
+                headers[_REQUEST_ID] = request_id
+            self._queue.append(_Request(target, "GET", headers, [], False, True))
+            if len(self._queue) >= _MAX_QUEUED:
+                self._pause_reading()
+            return
+        try:
+            text = target.decode("latin-1")
+            admitted = self._gate.admit(
+                "GET",
+                text,
+                text,
+                authorization=None,
+                api_key=None,
+                request_id=None if request_id is None else request_id.decode("latin-1"),
+                hops=hops.decode("latin-1"),
+                signature=None,
+            )
+            if isinstance(admitted, Response):
+                self._write(admitted, keep_alive=True)
+                return
+            if not self._answer_key(target, hops, budget, admitted, keep_alive=True):
+                headers = {_HOPS: hops, _BUDGET: budget}
+                if request_id is not None:
+                    headers[_REQUEST_ID] = request_id
+                self._generic(target, b"", "GET", headers, [], True, admitted)
+        except Exception as exc:  # the API answers its own errors; this is a last resort
+            self._internal_error(exc)
+
     def _dispatch(
         self,
         path: bytes,
@@ -374,8 +472,14 @@ class _Connection(asyncio.Protocol):
             self._write(found, keep_alive=keep_alive)
             return True
         if isinstance(found, Pending):
-            forwarded = self._keys.forward_now(found)
-            self._wait(forwarded or self._task_for(self._keys.finish(found)), keep_alive)
+            # Asked of the owner with callbacks (no task, no future), or in a task.
+            self._task = _FORWARD
+            self._task_keep_alive = keep_alive
+            self._task_head = False
+            if self._keys.forward_now(found, self._forward_answered, self._carry_on):
+                self._gate.in_flight += 1
+            else:
+                self._wait(self._task_for(self._keys.finish(found)), keep_alive)
             return True
         return False
 
@@ -421,6 +525,25 @@ class _Connection(asyncio.Protocol):
         # Runs in a copy of this context: the request id the gate set for this request.
         answer.add_done_callback(self._answered)
 
+    def _forward_answered(self, response: Response) -> None:
+        """The owner's answer to the forward this connection waits for (`_FORWARD`)."""
+        self._gate.in_flight -= 1
+        self._task = None
+        if not self._closing:
+            self._write(response, keep_alive=self._task_keep_alive)
+            self._next()
+
+    def _carry_on(self, rest: Coroutine[object, object, Response]) -> None:
+        """The forward this connection waits for goes on in a task (`KeyPath.finish`)."""
+        if self._closing:
+            self._gate.in_flight -= 1
+            self._task = None
+            rest.close()
+            return
+        task = self._task_for(rest)
+        self._task = task
+        task.add_done_callback(self._answered)
+
     def _answered(self, answer: asyncio.Future[Response]) -> None:
         self._gate.in_flight -= 1
         self._task = None
@@ -434,6 +557,10 @@ class _Connection(asyncio.Protocol):
             log.error("unexpected error answering a request", exc_info=exc)
             response, keep_alive = _INTERNAL, False
         self._write(response, keep_alive=keep_alive, head=self._task_head)
+        self._next()
+
+    def _next(self) -> None:
+        """Answer the requests that waited behind the one just answered."""
         while self._queue and self._task is None and not self._closing:
             r = self._queue.popleft()
             self._answer(r.target, r.method, r.headers, r.body, r.too_large, r.keep_alive)
