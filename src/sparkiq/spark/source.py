@@ -422,12 +422,47 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # -- consumer pool (one per Python worker process) -------------------------------------------
 
-_POOL: dict[tuple[str, tuple[tuple[str, str], ...]], list[Consumer]] = {}
+PoolKey = tuple[str, tuple[tuple[str, str], ...]]
+
+# How long a task's consumer lets the broker wait per fetch (fetch.wait.max.ms), shortest
+# first. A task reads a range that is already in the log, so it never waits for new records
+# and the shortest wait is the fastest: with the tail reader's 100 ms, reading three ranges of
+# a few records took ~210 ms on the dev broker; with 1 ms, ~7 ms (the fetch in flight at the
+# end of a range delays the next range's first fetch by up to the wait). But the dev broker
+# (Tansu 0.6, memory storage) spends the fetch's wait listing the partition's record batches
+# from the first one and answers with no records when the wait runs out before it reaches the
+# fetch offset, though the records are there (tests/test_spark_source.py): with 1 ms a partition
+# of a few thousand small batches (a few minutes of the demo) is never read again, with 10 ms
+# one of ~30,000. A consumer that gets nothing for ESCALATE_AFTER_S while its range is unread
+# is replaced by one with the next wait, and the process keeps that wait from then on.
+FETCH_WAITS_MS = (1, 20, 200, 1000)
+ESCALATE_AFTER_S = 1.0
+
+_POOL: dict[tuple[PoolKey, int], list[Consumer]] = {}
+_WAIT_LEVEL: dict[PoolKey, int] = {}  # index into FETCH_WAITS_MS; only rises
 _POOL_LOCK = threading.Lock()
 
 
-def _borrow(options: SourceOptions) -> Consumer:
-    key = (options.bootstrap_servers, options.kafka_config)
+def _pool_key(options: SourceOptions) -> PoolKey:
+    return (options.bootstrap_servers, options.kafka_config)
+
+
+def _fetch_wait_ms(options: SourceOptions) -> int:
+    with _POOL_LOCK:
+        return FETCH_WAITS_MS[_WAIT_LEVEL.get(_pool_key(options), 0)]
+
+
+def _raise_fetch_wait(options: SourceOptions, beyond_ms: int) -> None:
+    """Use a longer fetch wait than *beyond_ms* from now on (no-op if already longer)."""
+    with _POOL_LOCK:
+        key = _pool_key(options)
+        level = _WAIT_LEVEL.get(key, 0)
+        if FETCH_WAITS_MS[level] <= beyond_ms and level + 1 < len(FETCH_WAITS_MS):
+            _WAIT_LEVEL[key] = level + 1
+
+
+def _borrow(options: SourceOptions, wait_ms: int) -> Consumer:
+    key = (_pool_key(options), wait_ms)
     with _POOL_LOCK:
         idle = _POOL.get(key)
         if idle:
@@ -438,25 +473,24 @@ def _borrow(options: SourceOptions) -> Consumer:
         "group.id": "sparkiq-source",
     }
     conf.update(TUNED_READ_CONF)  # never commits, never joins a group
-    # A task reads a range that is already in the log: it never waits for new records, so
-    # the broker should answer every fetch at once. With the tail reader's 100 ms wait,
-    # reading three ranges of a few records took ~210 ms on the dev broker; with 1 ms, ~7 ms.
-    conf["fetch.wait.max.ms"] = 1
+    conf["fetch.wait.max.ms"] = wait_ms  # see FETCH_WAITS_MS
     conf.update(dict(options.kafka_config))
     return Consumer(conf)
 
 
-def _give_back(options: SourceOptions, consumer: Consumer) -> None:
-    key = (options.bootstrap_servers, options.kafka_config)
+def _give_back(options: SourceOptions, wait_ms: int, consumer: Consumer) -> None:
+    key = (_pool_key(options), wait_ms)
     with _POOL_LOCK:
         _POOL.setdefault(key, []).append(consumer)
 
 
 def close_pooled_consumers() -> None:
-    """Close the consumers this process keeps for reuse (tests, shutdown)."""
+    """Close the consumers this process keeps for reuse and forget raised fetch waits (tests,
+    shutdown)."""
     with _POOL_LOCK:
         pools = list(_POOL.values())
         _POOL.clear()
+        _WAIT_LEVEL.clear()
     for idle in pools:
         for consumer in idle:
             consumer.close()
@@ -496,47 +530,78 @@ _FATAL_CODES = frozenset(
 )
 
 
+class _NoRecords(Exception):
+    """A consumer got nothing for ESCALATE_AFTER_S short of its range's end."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
 def read_range(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of ``[part.start, part.end)`` of one partition, as Arrow record batches."""
-    consumer = _borrow(options)
-    healthy = False
-    try:
-        yield from _read_range(consumer, options, part)
-        healthy = True
-    finally:
-        if healthy:
-            try:
-                consumer.unassign()
-            except KafkaException:
-                healthy = False
-        if healthy:
-            _give_back(options, consumer)
-        else:
-            # A consumer that failed or was abandoned mid-range is not worth trusting again.
-            consumer.close()
+    position = part.start
+    while True:
+        wait_ms = _fetch_wait_ms(options)
+        consumer = _borrow(options, wait_ms)
+        healthy = False
+        try:
+            rest = OffsetRange(part.topic, part.partition, position, part.end)
+            yield from _read_range(consumer, options, rest, wait_ms < FETCH_WAITS_MS[-1])
+            healthy = True
+            return
+        except _NoRecords as stalled:
+            # Records the broker holds but did not answer within the wait: a longer one.
+            _raise_fetch_wait(options, wait_ms)
+            position = stalled.position
+        finally:
+            if healthy:
+                try:
+                    consumer.unassign()
+                except KafkaException:
+                    healthy = False
+            if healthy:
+                _give_back(options, wait_ms, consumer)
+            else:
+                # A consumer that failed, stalled or was abandoned mid-range is not worth
+                # trusting again.
+                consumer.close()
 
 
 def _read_range(
-    consumer: Consumer, options: SourceOptions, part: OffsetRange
+    consumer: Consumer, options: SourceOptions, part: OffsetRange, may_escalate: bool
 ) -> Iterator[pa.RecordBatch]:
     topic, partition, end = part.topic, part.partition, part.end
     consumer.assign([TopicPartition(topic, partition, part.start)])
     pending: list[Message] = []
     position = part.start
-    deadline = time.monotonic() + options.poll_timeout_s
+    last_progress = time.monotonic()
+    deadline = last_progress + options.poll_timeout_s
     while position < end:
         with _gc_paused():
             batch, position, progressed = _consume_chunk(consumer, options, part, position, pending)
         if batch is not None:
             yield batch
             pending = []
+        now = time.monotonic()
         if progressed:
-            deadline = time.monotonic() + options.poll_timeout_s
-        elif time.monotonic() > deadline:
+            last_progress = now
+            deadline = now + options.poll_timeout_s
+        elif may_escalate and now - last_progress >= ESCALATE_AFTER_S:
+            if pending:
+                with _gc_paused():
+                    partial = _to_record_batch(topic, partition, pending)
+                yield partial
+            raise _NoRecords(position)
+        elif now > deadline:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), cached=True
+            )
             raise KafkaError(
                 f"no records of {topic}[{partition}] from offset {position} (reading up "
-                f"to {end}) within {options.poll_timeout_s:.0f}s; check that "
-                f"{options.bootstrap_servers} is up, or raise the pollTimeoutMs option"
+                f"to {end}; the broker's end offset is {high}) within "
+                f"{options.poll_timeout_s:.0f}s; check that {options.bootstrap_servers} is "
+                "up, or raise the pollTimeoutMs option"
             )
     if pending:
         with _gc_paused():
