@@ -77,13 +77,16 @@ class PipelineContext:
         back; several queries starting at once on a small, busy machine can miss that.
         Started one at a time, each after the one before has finished its first micro-batch
         (which, over a backlog, is the heavy one), they do not compete.
+
+        The wait ends early when any query started so far has stopped: the runner's watch
+        (which restarts or fails it) must see it at once, not after this one's first batch.
         """
         query = starter()
         self.queries.append(query)
         self.starters[query.name] = starter
         deadline = time.monotonic() + self.init_wait_s
         next_report = 0.0
-        while query.isActive and time.monotonic() < deadline:
+        while time.monotonic() < deadline and all(q.isActive for q in self.queries):
             if query.lastProgress is not None:
                 break
             if self.on_wait is not None and time.monotonic() >= next_report:
