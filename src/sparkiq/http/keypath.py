@@ -124,8 +124,15 @@ class Pending:
     started: float  # perf_counter() when the key path took the request
     tp: TopicPartition
     call: Call
-    read: Callable[[LocalReplica], Answer]
+    # `read_key`'s arguments but the replica, for `read` (a forward that the owner answers,
+    # the common case, never reads here: a tuple is cheaper to make than a partial).
+    key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str]
     found: str | Failure  # what `Locator.resolve` said: the owner's URL, or why none
+
+    def read(self, replica: LocalReplica) -> Answer:
+        """The answer from a replica of the key's partition here."""
+        table, pair, key_text, wire, store_key, partition, node = self.key
+        return read_key(table, pair, key_text, wire, store_key, partition, replica, node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,18 +255,7 @@ class KeyPath:
                         started,
                         tp,
                         call,
-                        # A partial, not a lambda: a closure would make every variable it
-                        # names a cell for the whole of this function, local reads too.
-                        partial(
-                            read_key,
-                            table,
-                            entry.codecs,
-                            key_text,
-                            wire,
-                            store_key,
-                            partition,
-                            node=view.url,
-                        ),
+                        (table, entry.codecs, key_text, wire, store_key, partition, view.url),
                         found,
                     )
                 store, offset, standby = found.store, found.offset, found.is_standby
@@ -319,20 +315,28 @@ class KeyPath:
         owner = pending.found
         if not isinstance(owner, str) or call.hops >= self._settings.hop_limit:
             return False
-        observe = self._observe
-
-        def on_answer(answer: Response | Unreachable | None) -> None:
-            if isinstance(answer, Response) and answer.status not in (503, 508):
-                observe("key", _FORWARDED, answer.status, time.perf_counter() - pending.started)
-                reply(answer)
-            else:
-                carry_on(self.finish(pending, answer))
-
+        # A partial, not a closure: cheaper to make and to drop, at every forward.
+        on_answer = partial(self._forwarded, pending, reply, carry_on)
         # As `answer_single` asks the active: `Locator.ask` with at most active_timeout_s.
         budget_s = ask_budget(call, self._settings.active_timeout_s)
         return self._forwarder.send_now(
             owner, call.target, hops=call.hops, budget_s=budget_s, on_answer=on_answer
         )
+
+    def _forwarded(
+        self,
+        pending: Pending,
+        reply: Callable[[Response], None],
+        carry_on: Callable[[Coroutine[object, object, Response]], None],
+        answer: Response | Unreachable | None,
+    ) -> None:
+        """What the owner said to `forward_now`: its answer to `reply`, or on to `finish`."""
+        if isinstance(answer, Response) and answer.status not in (503, 508):
+            elapsed = time.perf_counter() - pending.started
+            self._observe("key", _FORWARDED, answer.status, elapsed)
+            reply(answer)
+        else:
+            carry_on(self.finish(pending, answer))
 
     def _learn(self, segment: bytes) -> _Table | None:
         name = decode_segment(segment.decode("latin-1"))
