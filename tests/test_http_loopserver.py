@@ -279,19 +279,20 @@ def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/v1/tables/users/keys/user-2",  # a local key
-        "/v1/tables/users/keys/nobody",  # absent: 404
-        "/v1/tables/users/keys/a%2Fb",  # percent-encoded
-        "/v1/tables/nope/keys/x",  # unknown table: declined to the generic path
-        "/v1/tables/users/keys/",  # no key: the generic path
-        "/v1/tables/users/range",  # the generic path, in a task
-        "/healthz",
-        "/nowhere",
-    ],
-)
+# Paths a lane may take, whatever answers them: the key path or the generic path.
+LANE_PATHS = [
+    "/v1/tables/users/keys/user-2",  # a local key
+    "/v1/tables/users/keys/nobody",  # absent: 404
+    "/v1/tables/users/keys/a%2Fb",  # percent-encoded
+    "/v1/tables/nope/keys/x",  # unknown table: declined to the generic path
+    "/v1/tables/users/keys/",  # no key: the generic path
+    "/v1/tables/users/range",  # the generic path, in a task
+    "/healthz",
+    "/nowhere",
+]
+
+
+@pytest.mark.parametrize("path", LANE_PATHS)
 async def test_the_plain_lane_answers_as_the_parser_does(server: LoopServer, path: str) -> None:
     reader, writer = await connect(server)
     writer.write(get(path))  # the lane
@@ -383,17 +384,7 @@ def test_the_node_lane_reads_the_requests_a_pool_writes() -> None:
         assert _FORWARDED.fullmatch(request) is None, request
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/v1/tables/users/keys/user-2",  # a local key
-        "/v1/tables/users/keys/nobody",  # absent: 404
-        "/v1/tables/users/keys/a%2Fb",  # percent-encoded
-        "/v1/tables/nope/keys/x",  # unknown table: declined to the generic path
-        "/v1/tables/users/range",  # the generic path, in a task
-        "/healthz",
-    ],
-)
+@pytest.mark.parametrize("path", LANE_PATHS)
 async def test_the_node_lane_answers_as_the_parser_does(server: LoopServer, path: str) -> None:
     reader, writer = await connect(server)
     writer.write(forwarded(path, "lane-1"))  # the node lane

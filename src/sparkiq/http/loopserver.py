@@ -358,9 +358,16 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
-    def _answer_plain(self, path: bytes) -> None:
+    def _answer_plain(
+        self,
+        path: bytes,
+        hops: bytes | None = None,
+        budget: bytes | None = None,
+        request_id: bytes | None = None,
+    ) -> None:
         """`_answer` for a request of the plain lane: a GET of `path` (no query) without any
-        header the gate or the API reads, on a connection that keeps alive."""
+        header the gate or the API reads, on a connection that keeps alive; or of the node
+        lane: the same with a node's forwarding headers (`hops`, `budget`, `request_id`)."""
         try:
             text = path.decode("latin-1")
             admitted = self._gate.admit(
@@ -369,15 +376,16 @@ class _Connection(asyncio.Protocol):
                 text,
                 authorization=None,
                 api_key=None,
-                request_id=None,
-                hops=None,
+                request_id=None if request_id is None else request_id.decode("latin-1"),
+                hops=None if hops is None else hops.decode("latin-1"),
                 signature=None,
             )
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
-            if not self._answer_key(path, None, None, admitted, keep_alive=True):
-                self._generic(path, b"", "GET", {}, [], True, admitted)
+            if not self._answer_key(path, hops, budget, admitted, keep_alive=True):
+                headers = _node_headers(hops, budget, request_id)
+                self._generic(path, b"", "GET", headers, [], True, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
             self._internal_error(exc)
 
@@ -403,41 +411,17 @@ class _Connection(asyncio.Protocol):
     def _answer_forward(
         self, target: bytes, hops: bytes, budget: bytes, request_id: bytes | None
     ) -> None:
-        """`_answer` for a request of the node lane: a GET of `target` (no query) with the
-        forwarding headers and nothing else the gate or the API reads, on a connection that
-        keeps alive."""
+        """A request of the node lane: answered now (`_answer_plain`), or queued behind the
+        one this connection is still answering."""
         if self._closing:
             return
         if self._task is not None or self._queue:
-            headers = {_HOPS: hops, _BUDGET: budget}
-            if request_id is not None:
-                headers[_REQUEST_ID] = request_id
+            headers = _node_headers(hops, budget, request_id)
             self._queue.append(_Request(target, "GET", headers, [], False, True))
             if len(self._queue) >= _MAX_QUEUED:
                 self._pause_reading()
             return
-        try:
-            text = target.decode("latin-1")
-            admitted = self._gate.admit(
-                "GET",
-                text,
-                text,
-                authorization=None,
-                api_key=None,
-                request_id=None if request_id is None else request_id.decode("latin-1"),
-                hops=hops.decode("latin-1"),
-                signature=None,
-            )
-            if isinstance(admitted, Response):
-                self._write(admitted, keep_alive=True)
-                return
-            if not self._answer_key(target, hops, budget, admitted, keep_alive=True):
-                headers = {_HOPS: hops, _BUDGET: budget}
-                if request_id is not None:
-                    headers[_REQUEST_ID] = request_id
-                self._generic(target, b"", "GET", headers, [], True, admitted)
-        except Exception as exc:  # the API answers its own errors; this is a last resort
-            self._internal_error(exc)
+        self._answer_plain(target, hops, budget, request_id)
 
     def _dispatch(
         self,
@@ -651,6 +635,20 @@ class _Connection(asyncio.Protocol):
         ):
             self._paused_reading = False
             self._transport.resume_reading()
+
+
+def _node_headers(
+    hops: bytes | None, budget: bytes | None, request_id: bytes | None
+) -> dict[bytes, bytes]:
+    """The headers of a node-lane request, as the parser would have kept them (the ones read)."""
+    headers = {}
+    if hops is not None:
+        headers[_HOPS] = hops
+    if budget is not None:
+        headers[_BUDGET] = budget
+    if request_id is not None:
+        headers[_REQUEST_ID] = request_id
+    return headers
 
 
 def _status_line(status: int) -> bytes:
