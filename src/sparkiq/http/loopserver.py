@@ -48,7 +48,7 @@ from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
 from sparkiq.http.keypath import Pending
-from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
+from sparkiq.http.requestid import ID_PATTERN, REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import JSON_HEADERS, Response, error_response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 
@@ -98,7 +98,7 @@ _NOT_PLAIN = re.compile(
 # request id, lower-case, in that order. They are answered without the parser, as the
 # plain lane answers a client's GET; anything else, however slight the difference, takes
 # the parser's way with the same meaning. The request id is matched with the pattern the
-# gate accepts (`requestid`), so the gate keeps it as sent.
+# gate accepts (`requestid.ID_PATTERN`), so the gate keeps it as sent.
 _FORWARDED = re.compile(
     rb"GET (/[!->@-~]*) HTTP/1\.1\r\nhost: [!-~]+\r\n"
     + _HOPS
@@ -106,7 +106,9 @@ _FORWARDED = re.compile(
     + _BUDGET
     + rb": ([0-9]{1,12})\r\n(?:"
     + _REQUEST_ID
-    + rb": ([A-Za-z0-9._-]{1,64})\r\n)?\r\n"
+    + b": ("
+    + ID_PATTERN.encode()
+    + rb")\r\n)?\r\n"
 )
 
 # After a request the lane declined, the connection's next requests go straight to the parser:

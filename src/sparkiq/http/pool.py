@@ -176,11 +176,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _complete(self, answer: _Answer) -> None:
-        waiting = self._waiting.popleft()
-        try:  # `_Waiting.settle`, one call less for every answer
-            waiting.context.run(waiting.notify, answer)
-        except Exception:  # the connection's other requests must still be answered
-            log.exception("a forwarded request's callback failed")
+        self._waiting.popleft().settle(answer)
         if not answer.keep_alive:
             self._fail(_Broken("the owner closed the connection", got_bytes=False))
         elif not self._waiting:
@@ -245,10 +241,7 @@ def _pass_on(
 ) -> None:
     """Tell a `send_now` caller what became of its request."""
     if isinstance(outcome, _Answer):
-        if outcome.retry_after is None:  # `_response`, one call less for most answers
-            on_answer(Response(outcome.status, outcome.body, JSON_HEADERS))
-        else:
-            on_answer(_response(outcome))
+        on_answer(_response(outcome))
     elif isinstance(outcome, _Broken) and not outcome.got_bytes:
         on_answer(None)  # no answer began: e.g. the owner had closed the connection
     elif isinstance(outcome, _Expired | _Broken | OSError):

@@ -17,7 +17,9 @@ REQUEST_ID_HEADER = "x-request-id"
 # The id of the request being answered in this task, or None outside a request.
 REQUEST_ID: ContextVar[str | None] = ContextVar("sparkiq_request_id", default=None)
 
-_VALID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# A well-formed id (the loop server's node lane matches forwarded ids with it too).
+ID_PATTERN = r"[A-Za-z0-9._-]{1,64}"
+_VALID = re.compile(ID_PATTERN)
 
 
 def new_request_id() -> str:
