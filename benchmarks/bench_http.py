@@ -13,8 +13,9 @@ server is started once and measured `--rounds` times in turn: this machine's spe
 within minutes, so ratios are taken within a round and their median reported. It prints
 req/s, p50/p99, the servers' CPU time and context switches per request (from /proc: CPU
 moves less than req/s when other work shares the cores; context switches show how often
-granian's I/O thread and the Python thread handed the GIL to each other) and the ratios
-local/nginx and forwarded/local.
+granian's I/O thread and the Python thread handed the GIL to each other), the share of the
+machine's CPU time the hypervisor stole during each run (/proc/stat: on a shared VM, the
+runs it hits are the slow ones) and the ratios local/nginx and forwarded/local.
 
 `--pin` runs every server (nginx, the reference app, both nodes) on the last CPU and wrk on
 the others. A granian node is two busy threads (its Rust I/O thread and the Python thread)
@@ -61,6 +62,8 @@ PY = sys.executable
 KEYS = 100_000
 PARTITIONS = 4
 CONNECTIONS = 32
+# A run during which the hypervisor took less of the machine's CPU time than this is "calm".
+CALM_STEAL = 0.02
 # The minimal apps (refapp.py): on granian RSGI, and on the stack the loop server is built on.
 GRANIAN_REF = "granian RSGI dict"
 LOOP_REF = "uvloop+httptools dict"
@@ -292,6 +295,7 @@ class Result:
     non2xx: int
     cpu_us: float  # CPU time (user + system) of the measured server processes per request
     switches: float  # context switches (voluntary + involuntary) of their threads per request
+    steal: float  # share of the machine's CPU time the hypervisor took during the run
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -301,6 +305,14 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def machine_times() -> tuple[int, int]:
+    """All CPU time of the machine so far and the part of it stolen by the hypervisor (the
+    time its virtual CPUs were ready to run but given to other guests), in clock ticks."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is in user already)
+    return sum(fields[:8]), fields[7]
 
 
 def switches(pids: list[int]) -> int:
@@ -348,6 +360,7 @@ def run_wrk(
     )
     cpu_before = cpu_seconds(pids)
     switches_before = switches(pids)
+    total_before, stolen_before = machine_times()
     out = subprocess.run(
         [
             *WRK_CPUS,
@@ -366,6 +379,7 @@ def run_wrk(
     ).stdout
     cpu = cpu_seconds(pids) - cpu_before
     switched = switches(pids) - switches_before
+    total_after, stolen_after = machine_times()
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     raw = json.loads(line[len("RESULT ") :])
     rps = raw["requests"] / (raw["duration_us"] / 1e6)
@@ -378,6 +392,7 @@ def run_wrk(
         raw["non2xx"],
         cpu / max(raw["requests"], 1) * 1e6,
         switched / max(raw["requests"], 1),
+        (stolen_after - stolen_before) / max(total_after - total_before, 1),
     )
 
 
@@ -487,17 +502,17 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
     for n, results in enumerate(rounds, 1):
         print(
             f"\nround {n}\n{'server':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
-            f"{'CPU us/req':>12}{'cs/req':>8}{'errors':>8}{'non-2xx':>9}"
+            f"{'CPU us/req':>12}{'cs/req':>8}{'steal':>7}{'errors':>8}{'non-2xx':>9}"
         )
         for r in results:
             print(
                 f"{r.name:<28}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.cpu_us:>12.1f}"
-                f"{r.switches:>8.2f}{r.errors:>8}{r.non2xx:>9}"
+                f"{r.switches:>8.2f}{r.steal:>7.0%}{r.errors:>8}{r.non2xx:>9}"
             )
     interfaces = [r.name.rsplit(" ", 1)[1] for r in rounds[0] if r.name.startswith("sparkiq local")]
     print()
     for interface in interfaces:
-        local_nginx, fwd_local, p99s, local_raw, local_ref = [], [], [], [], []
+        local_nginx, fwd_local, p99s, local_raw, local_ref, steals = [], [], [], [], [], []
         for results in rounds:
             by = {r.name: r for r in results}
             local = by[f"sparkiq local {interface}"]
@@ -507,7 +522,10 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             local_ref.append(local.rps / by[LOOP_REF].rps)
             fwd_local.append(fwd.rps / local.rps)
             p99s.append(local.p99_ms)
+            steals.append(local.steal)
         ok_local = median(local_nginx) >= 1 / 3 and median(p99s) < 3
+        # The same over the rounds whose local run the hypervisor (nearly) left alone.
+        calm = [n for n, steal in enumerate(steals) if steal < CALM_STEAL]
         ok_fwd = median(fwd_local) >= 0.5
         print(
             f"[{interface}] local/nginx per round {_list(local_nginx)}, median"
@@ -523,6 +541,15 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             f"[{interface}] local/minimal app on the loop's stack per round {_list(local_ref)},"
             f" median {median(local_ref):.2f}"
         )
+        if calm:
+            print(
+                f"[{interface}] rounds whose local run had < {CALM_STEAL:.0%} steal:"
+                f" {', '.join(str(n + 1) for n in calm)}; local/nginx median"
+                f" {median(local_nginx[n] for n in calm):.2f}, local p99 median"
+                f" {median(p99s[n] for n in calm):.2f} ms"
+            )
+        else:
+            print(f"[{interface}] no round's local run had < {CALM_STEAL:.0%} steal")
 
 
 def _list(values: list[float]) -> str:

@@ -5,7 +5,9 @@ cluster signature, the concurrency limit and the request id -- over real servers
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -13,12 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkiq.auth import AuthConfig
+from sparkiq.auth import AuthConfig, Identity
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings, Interface
+from sparkiq.http.guard import FORWARD_HEADERS, OPS_PATHS, Gate
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID
+from sparkiq.http.responses import Response
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 from tests.auth_support import CLUSTER_SECRET, SECRET, hs256, tamper, write
@@ -310,3 +314,60 @@ async def test_forwards_go_only_to_the_owner_the_assignment_names(
         assert r.json()["node"] == pair.b.url
         assert r.json()["value"] == key
     assert all(decoy.local_store((USERS.topic, p)).reads == 0 for p in range(USERS.partitions))
+
+
+@pytest.mark.parametrize("auth", ["none", "required"])
+@pytest.mark.parametrize("protect_ops", [False, True])
+@pytest.mark.parametrize("path", ["/v1/tables/users/keys/k", "/healthz", "/metrics"])
+@pytest.mark.parametrize("busy", [False, True])
+def test_admit_plain_answers_as_admit_does(
+    tmp_path: Path, auth: str, protect_ops: bool, path: str, busy: bool
+) -> None:
+    """The plain lane's admission (no credentials, id or forwarding headers) lets in, refuses
+    and sets the request id and forward headers exactly as the full `admit` does."""
+    config = (
+        auth_config(tmp_path, protect_ops=protect_ops)
+        if auth == "required"
+        else AuthConfig(protect_ops=protect_ops)
+    )
+
+    def admit(plain: bool) -> tuple[object, str | None, str]:
+        gate = Gate(config, HttpSettings(max_in_flight=4), HttpMetrics())
+        gate.in_flight = 4 if busy else 0
+        FORWARD_HEADERS.set("authorization: Bearer left-from-before\r\n")
+        if plain:
+            admitted = gate.admit_plain(path)
+        else:
+            admitted = gate.admit(
+                "GET",
+                path,
+                path,
+                authorization=None,
+                api_key=None,
+                request_id=None,
+                hops=None,
+                signature=None,
+            )
+        answer = (
+            (admitted.status, admitted.headers, admitted.body)
+            if isinstance(admitted, Response)
+            else admitted
+        )
+        return answer, REQUEST_ID.get(), FORWARD_HEADERS.get()
+
+    # Each in a context of its own: the context variables it sets stay there.
+    answers = []
+    for plain in (False, True):
+        answer, request_id, forward_headers = contextvars.Context().run(admit, plain)
+        assert request_id is not None
+        assert re.fullmatch("[0-9a-f]{16}", request_id)
+        answers.append((answer, forward_headers))
+    assert answers[1] == answers[0]
+    # Each case is one the test means to cover: let in (with the forward headers reset for
+    # a path that may forward), or refused for load or for want of credentials.
+    answer, forward_headers = answers[0]
+    if isinstance(answer, Identity):
+        assert forward_headers == "" or path in OPS_PATHS
+        assert not busy or path in OPS_PATHS
+    else:
+        assert answer[0] == (429 if busy and path not in OPS_PATHS else 401)

@@ -223,7 +223,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        now = self.last_active = time.monotonic()
+        # A request a lane answers is activity when its answer is sent (`flush`).
         if self._from_node and not self._in_message:
             # A node's connection stays one: its reads go to the node lane first.
             if self._answer_forwards(data):
@@ -241,6 +241,7 @@ class _Connection(asyncio.Protocol):
                 return
             else:
                 self._lane_skips = _LANE_SKIPS
+        now = self.last_active = time.monotonic()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -372,20 +373,23 @@ class _Connection(asyncio.Protocol):
         lane: the same with a node's forwarding headers (`hops`, `budget`, `request_id`)."""
         try:
             text = path.decode("latin-1")
-            admitted = self._gate.admit(
-                "GET",
-                text,
-                text,
-                authorization=None,
-                api_key=None,
-                request_id=None if request_id is None else request_id.decode("latin-1"),
-                hops=None if hops is None else hops.decode("latin-1"),
-                signature=None,
-            )
+            if hops is None:
+                admitted = self._gate.admit_plain(text)
+            else:
+                admitted = self._gate.admit(
+                    "GET",
+                    text,
+                    text,
+                    authorization=None,
+                    api_key=None,
+                    request_id=None if request_id is None else request_id.decode("latin-1"),
+                    hops=hops.decode("latin-1"),
+                    signature=None,
+                )
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
-            if not self._answer_key(path, hops, budget, admitted, keep_alive=True):
+            if not self._answer_key(path, hops, budget, admitted, True):
                 headers = _node_headers(hops, budget, request_id)
                 self._generic(path, b"", "GET", headers, [], True, admitted)
         except Exception as exc:  # the API answers its own errors; this is a last resort
@@ -438,7 +442,7 @@ class _Connection(asyncio.Protocol):
         """Answer an admitted request: the key path, or the generic dispatch in a task."""
         if method == "GET" and not query:
             hops, budget = headers.get(_HOPS), headers.get(_BUDGET)
-            if self._answer_key(path, hops, budget, identity, keep_alive=keep_alive):
+            if self._answer_key(path, hops, budget, identity, keep_alive):
                 return
         self._generic(path, query, method, headers, body, keep_alive, identity)
 
@@ -448,14 +452,13 @@ class _Connection(asyncio.Protocol):
         hops: bytes | None,
         budget: bytes | None,
         identity: Identity,
-        *,
         keep_alive: bool,
     ) -> bool:
         """A GET without a query by the key path: answered now, or asked of the owner (or
         waited for) in the background. False if the key path declines it."""
         found = self._keys.answer_now(path, hops, budget, identity)
         if isinstance(found, Response):
-            self._write(found, keep_alive=keep_alive)
+            self._write(found, keep_alive)
             return True
         if isinstance(found, Pending):
             # Asked of the owner with callbacks (no task, no future), or in a task.
@@ -553,7 +556,7 @@ class _Connection(asyncio.Protocol):
         self._maybe_resume_reading()
 
     def _write(
-        self, response: Response, *, keep_alive: bool, with_id: bool = True, head: bool = False
+        self, response: Response, keep_alive: bool, *, with_id: bool = True, head: bool = False
     ) -> None:
         """Queue `response` for the end of this loop iteration (`LoopServer.to_flush`).
 
