@@ -512,7 +512,9 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
     interfaces = [r.name.rsplit(" ", 1)[1] for r in rounds[0] if r.name.startswith("sparkiq local")]
     print()
     for interface in interfaces:
-        local_nginx, fwd_local, p99s, local_raw, local_ref, steals = [], [], [], [], [], []
+        local_nginx, fwd_local, p99s, local_raw, local_ref = [], [], [], [], []
+        steals: list[float] = []  # of the local runs
+        fwd_steals: list[float] = []  # of the forwarded runs
         for results in rounds:
             by = {r.name: r for r in results}
             local = by[f"sparkiq local {interface}"]
@@ -523,9 +525,11 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             fwd_local.append(fwd.rps / local.rps)
             p99s.append(local.p99_ms)
             steals.append(local.steal)
+            fwd_steals.append(fwd.steal)
         ok_local = median(local_nginx) >= 1 / 3 and median(p99s) < 3
         # The same over the rounds whose local run the hypervisor (nearly) left alone.
         calm = [n for n, steal in enumerate(steals) if steal < CALM_STEAL]
+        both_calm = [n for n in calm if fwd_steals[n] < CALM_STEAL]
         ok_fwd = median(fwd_local) >= 0.5
         print(
             f"[{interface}] local/nginx per round {_list(local_nginx)}, median"
@@ -550,6 +554,12 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             )
         else:
             print(f"[{interface}] no round's local run had < {CALM_STEAL:.0%} steal")
+        if both_calm:
+            print(
+                f"[{interface}] rounds whose local and forwarded runs had < {CALM_STEAL:.0%}"
+                f" steal: {', '.join(str(n + 1) for n in both_calm)}; forwarded/local median"
+                f" {median(fwd_local[n] for n in both_calm):.2f}"
+            )
 
 
 def _list(values: list[float]) -> str:

@@ -129,10 +129,13 @@ async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], Countin
     flushing: list[Any] = loop_server._flushing
     flushing.append(None)
     receive, flush = connection.data_received, connection.flush
+    # The server reads the clock once per loop iteration for all connections it flushes;
+    # here each request is a loop iteration.
+    monotonic = time.monotonic
 
     def one(data: bytes) -> None:
         receive(data)
-        flush()
+        flush(monotonic())
         del flushing[1:]
 
     return one, transport
