@@ -331,24 +331,18 @@ def test_admit_plain_answers_as_admit_does(
         else AuthConfig(protect_ops=protect_ops)
     )
 
-    def admit(plain: bool) -> tuple[object, str | None, str]:
+    Answer = Identity | tuple[int, tuple[tuple[str, str], ...], bytes]
+
+    def admit(plain: bool) -> tuple[Answer, str | None, str]:
         gate = Gate(config, HttpSettings(max_in_flight=4), HttpMetrics())
         gate.in_flight = 4 if busy else 0
         FORWARD_HEADERS.set("authorization: Bearer left-from-before\r\n")
         if plain:
             admitted = gate.admit_plain(path)
-        else:
-            admitted = gate.admit(
-                "GET",
-                path,
-                path,
-                authorization=None,
-                api_key=None,
-                request_id=None,
-                hops=None,
-                signature=None,
-            )
-        answer = (
+        else:  # none of the headers the gate reads
+            headers = ("authorization", "api_key", "request_id", "hops", "signature")
+            admitted = gate.admit("GET", path, path, **dict.fromkeys(headers))
+        answer: Answer = (
             (admitted.status, admitted.headers, admitted.body)
             if isinstance(admitted, Response)
             else admitted
