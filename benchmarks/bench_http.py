@@ -527,9 +527,6 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             steals.append(local.steal)
             fwd_steals.append(fwd.steal)
         ok_local = median(local_nginx) >= 1 / 3 and median(p99s) < 3
-        # The same over the rounds whose local run the hypervisor (nearly) left alone.
-        calm = [n for n, steal in enumerate(steals) if steal < CALM_STEAL]
-        both_calm = [n for n in calm if fwd_steals[n] < CALM_STEAL]
         ok_fwd = median(fwd_local) >= 0.5
         print(
             f"[{interface}] local/nginx per round {_list(local_nginx)}, median"
@@ -545,6 +542,9 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             f"[{interface}] local/minimal app on the loop's stack per round {_list(local_ref)},"
             f" median {median(local_ref):.2f}"
         )
+        # The same over the rounds whose local run the hypervisor (nearly) left alone.
+        calm = [n for n, steal in enumerate(steals) if steal < CALM_STEAL]
+        both_calm = [n for n in calm if fwd_steals[n] < CALM_STEAL]
         if calm:
             print(
                 f"[{interface}] rounds whose local run had < {CALM_STEAL:.0%} steal:"

@@ -52,7 +52,6 @@ class Gate:
     def __init__(self, auth: AuthConfig, settings: HttpSettings, metrics: HttpMetrics) -> None:
         self._observe = metrics.observe
         self.authenticator = Authenticator(auth)
-        self._closed = self.authenticator.enabled  # no request is let in without credentials
         self.cluster = auth.cluster
         self.protect_ops = auth.protect_ops
         self.max_in_flight = settings.max_in_flight
@@ -125,7 +124,7 @@ class Gate:
         one of `OPS_PATHS`, which `admit` decides (as it does everything on a node with
         authentication). Same answers as `admit`, at a fraction of the cost.
         """
-        if self._closed or self.in_flight >= self.max_in_flight or path in OPS_PATHS:
+        if self.authenticator.enabled or self.in_flight >= self.max_in_flight or path in OPS_PATHS:
             return self.admit(
                 "GET",
                 path,
