@@ -36,13 +36,19 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
         yield s
 
 
-def samples(metrics: HttpMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = metrics.render().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+class Samples:
+    """The samples `metrics` renders, by name and labels."""
+
+    def __init__(self, metrics: HttpMetrics) -> None:
+        text = metrics.render().decode()
+        self._values = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self._values[(name, tuple(sorted(labels.items())))]
 
 
 @pytest.mark.parametrize(
@@ -69,10 +75,7 @@ def test_request_and_forward_error_series() -> None:
     metrics.forward_failed(Unreachable("http://b:1", "ConnectionRefusedError: x"))
     metrics.forward_failed(Unreachable("http://b:1", "ConnectionRefusedError: x"))
     metrics.forward_failed(Unreachable("http://c:1", "no answer within 1.000s"))
-    got = samples(metrics)
-
-    def sample(name: str, **labels: str) -> float:
-        return got[(name, tuple(sorted(labels.items())))]
+    sample = Samples(metrics).sample
 
     key_local = {"endpoint": "key", "outcome": "local"}
     assert sample("sparkiq_http_requests_total", **key_local, status="200") == 2
@@ -85,6 +88,27 @@ def test_request_and_forward_error_series() -> None:
     assert sample("sparkiq_forward_errors_total", reason="timeout", target="http://c:1") == 1
     assert metrics.forward_errors() == 3
     assert metrics.forward_errors(ForwardError.REFUSED) == 2
+
+
+def test_an_observer_counts_in_the_series_observe_counts_in() -> None:
+    metrics = HttpMetrics()
+    found = metrics.observer("key", Outcome.LOCAL, 200)
+    # Bound before any answer: the series is there, at 0.
+    assert metrics.count("key", Outcome.LOCAL) == 0
+    found(0.0004)
+    metrics.observe("key", Outcome.LOCAL, 200, 0.002)
+    metrics.observe("key", Outcome.LOCAL, 404, 0.0001)
+    found(0.03)
+    sample = Samples(metrics).sample
+
+    key_local = {"endpoint": "key", "outcome": "local"}
+    assert sample("sparkiq_http_requests_total", **key_local, status="200") == 3
+    assert sample("sparkiq_http_requests_total", **key_local, status="404") == 1
+    # One latency histogram per (endpoint, outcome), whichever way it was counted.
+    assert sample("sparkiq_http_request_seconds_count", **key_local) == 4
+    assert sample("sparkiq_http_request_seconds_bucket", **key_local, le="0.0005") == 2
+    assert sample("sparkiq_http_request_seconds_bucket", **key_local, le="0.025") == 3
+    assert sample("sparkiq_http_request_seconds_sum", **key_local) == pytest.approx(0.0325)
 
 
 async def test_forwards_to_a_dead_node_are_counted(stack: AsyncExitStack) -> None:

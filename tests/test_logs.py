@@ -118,6 +118,17 @@ def test_access_log_lines_when_on() -> None:
     assert metrics.count("key", Outcome.FORWARDED) == 1
 
 
+def test_an_observer_logs_when_the_access_log_is_on() -> None:
+    out = io.StringIO()
+    configure_logging("INFO", LogFormat.JSON, node=NODE, stream=out)
+    metrics = HttpMetrics(access_log=True)
+    metrics.observer("key", Outcome.LOCAL, 200)(0.0005)
+    (line,) = json_lines(out)
+    assert (line["endpoint"], line["outcome"], line["status"]) == ("key", "local", 200)
+    assert line["ms"] == 0.5
+    assert metrics.count("key", Outcome.LOCAL) == 1
+
+
 def test_access_log_is_off_by_default() -> None:
     out = io.StringIO()
     configure_logging("DEBUG", LogFormat.JSON, stream=out)

@@ -52,6 +52,7 @@ _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. per
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
+_STRING = Format.STRING
 
 
 def read_key(
@@ -65,7 +66,7 @@ def read_key(
     node: str,
 ) -> Answer:
     """A single-key read from a local replica: 200 with the value, or 404 when absent."""
-    return _read(
+    found, outcome = _read(
         replica.store,
         replica.offset,
         replica.is_standby,
@@ -78,6 +79,7 @@ def read_key(
         partition,
         orjson.dumps(node),
     )
+    return (Response(200, found) if isinstance(found, bytes) else found), outcome
 
 
 def _read(
@@ -92,8 +94,10 @@ def _read(
     store_key: bytes,
     partition: int,
     node_json: bytes,
-) -> Answer:
-    """`read_key` with the table's and the node's JSON made already (the key path keeps them)."""
+) -> tuple[bytes | Response, Outcome]:
+    """`read_key` with the table's and the node's JSON made already (the key path keeps them),
+    and a found key's answer as the body of its 200 alone: the loop server writes that
+    without making a `Response` of it (`answer_now`)."""
     outcome = _STANDBY if standby else _LOCAL
     value = store.get(store_key)
     if value is None:
@@ -105,7 +109,8 @@ def _read(
     key_codec, value_codec = pair
     body = _ANSWER % (
         name_json,
-        orjson.dumps(key_codec.render(wire)),
+        # A string key renders as the text it was parsed from (`wire` is its UTF-8).
+        orjson.dumps(key_text if key_codec.format is _STRING else key_codec.render(wire)),
         # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
         value_codec.render_json(value),
         partition,
@@ -113,7 +118,7 @@ def _read(
         node_json,
         b"true" if standby else b"false",
     )
-    return Response(200, body), outcome
+    return body, outcome
 
 
 @dataclass(slots=True)
@@ -156,6 +161,10 @@ class KeyPath:
         self._view = api.view
         self._settings = api.settings
         self._observe = api.metrics.observe
+        # The counters of a key found (200), bound once (`HttpMetrics.observer`), by where
+        # the answer came from.
+        outcomes = (_LOCAL, _STANDBY, _FORWARDED)
+        self._found = {o: api.metrics.observer("key", o, 200) for o in outcomes}
         self._resolve = api.locator.resolve
         self._max_key = api.settings.max_key_bytes
         self._forwarder = api.forwarder
@@ -179,7 +188,7 @@ class KeyPath:
         found = self.answer_now(path, hops, budget, identity)
         if isinstance(found, Pending):
             return await self.finish(found)
-        return found
+        return Response(200, found) if isinstance(found, bytes) else found
 
     def answer_now(
         self,
@@ -187,12 +196,14 @@ class KeyPath:
         hops: str | bytes | None,
         budget: str | bytes | None,
         identity: Identity = EVERYONE,
-    ) -> Response | Pending | None:
+    ) -> bytes | Response | Pending | None:
         """`answer` without awaiting: the answer, None to decline, or a `Pending` to `finish`.
 
         A local read is answered here, synchronously; a server that runs on the node's
-        loop (`sparkiq.http.loopserver`) then needs no task for the request. `Pending` is
-        the rest: a forward to the owner or a wait for a replica.
+        loop (`sparkiq.http.loopserver`) then needs no task for the request. A key found
+        comes back as the body of its 200 alone (bytes: the common answer, written without
+        a `Response`), any other answer as a `Response`. `Pending` is the rest: a forward
+        to the owner or a wait for a replica.
         """
         if not path.startswith(PREFIX):
             return None
@@ -277,7 +288,11 @@ class KeyPath:
             )
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
-        self._observe("key", outcome, response.status, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        if isinstance(response, bytes):
+            self._found[outcome](elapsed)
+        else:
+            self._observe("key", outcome, response.status, elapsed)
         return response
 
     async def finish(
@@ -333,7 +348,10 @@ class KeyPath:
         """What the owner said to `forward_now`: its answer to `reply`, or on to `finish`."""
         if isinstance(answer, Response) and answer.status not in (503, 508):
             elapsed = time.perf_counter() - pending.started
-            self._observe("key", _FORWARDED, answer.status, elapsed)
+            if answer.status == 200:
+                self._found[_FORWARDED](elapsed)
+            else:
+                self._observe("key", _FORWARDED, answer.status, elapsed)
             reply(answer)
         else:
             carry_on(self.finish(pending, answer))

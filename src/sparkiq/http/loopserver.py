@@ -60,6 +60,7 @@ _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) f
 _JSON_ANSWER = (
     b"%bcontent-type: application/json\r\ncontent-length: %d\r\nx-request-id: %b\r\n\r\n%b"
 )
+_FOUND = _JSON_ANSWER.replace(b"%b", _STATUS_LINES[200], 1)
 _HOPS = HOPS_HEADER.encode()
 _BUDGET = BUDGET_HEADER.encode()
 _API_KEY = API_KEY_HEADER.encode()
@@ -457,6 +458,9 @@ class _Connection(asyncio.Protocol):
         """A GET without a query by the key path: answered now, or asked of the owner (or
         waited for) in the background. False if the key path declines it."""
         found = self._keys.answer_now(path, hops, budget, identity)
+        if isinstance(found, bytes):
+            self._write_found(found, keep_alive)
+            return True
         if isinstance(found, Response):
             self._write(found, keep_alive)
             return True
@@ -586,6 +590,18 @@ class _Connection(asyncio.Protocol):
             self._server.to_flush(self)
         if not keep_alive:
             self._closing = True  # no more requests; the flush closes the transport
+
+    def _write_found(self, body: bytes, keep_alive: bool) -> None:
+        """`_write` for the common answer, a found key's 200 (`KeyPath.answer_now`): its
+        bytes in one formatting step, without a `Response` or `_write`'s general checks."""
+        rid = REQUEST_ID.get()
+        if not keep_alive or rid is None or self._closing:
+            self._write(Response(200, body), keep_alive)
+            return
+        out = self._out
+        out.append(_FOUND % (len(body), rid.encode("latin-1"), body))
+        if len(out) == 1:
+            self._server.to_flush(self)
 
     def flush(self, now: float) -> None:
         """Send what `_write` queued (`LoopServer` calls it once per loop iteration, with the

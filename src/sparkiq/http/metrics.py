@@ -17,6 +17,7 @@ import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from enum import StrEnum
+from functools import partial
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -83,6 +84,13 @@ class _Slot:
         self.n = 0
         self.latency = latency
 
+    def add(self, seconds: float) -> None:
+        """Count one answer that took `seconds`."""
+        self.n += 1
+        latency = self.latency
+        latency.counts[bisect_left(BUCKETS, seconds)] += 1
+        latency.total += seconds
+
 
 Observe = Callable[[str, Outcome, int, float], None]
 
@@ -102,8 +110,17 @@ class HttpMetrics(Collector):
         self._requests: dict[tuple[str, Outcome, int], _Slot] = {}
         self._latency: dict[tuple[str, Outcome], _Latency] = {}
         self._forward_errors: dict[tuple[ForwardError, str], int] = {}
+        self._access_log = access_log
         self.observe: Observe = self._count_and_log if access_log else self._count
         self.registry.register(self)
+
+    def observer(self, endpoint: str, outcome: Outcome, status: int) -> Callable[[float], None]:
+        """`observe` for one (endpoint, outcome, status), bound now: a caller that counts one
+        kind of answer far more often than others (the key path, a key found) skips looking
+        up its counters at every answer. The series shows from now on, at 0 until counted."""
+        if self._access_log:
+            return partial(self._count_and_log, endpoint, outcome, status)
+        return self._slot(endpoint, outcome, status).add
 
     def forward_failed(self, unreachable: Unreachable) -> None:
         """Count a forward to another node that got no answer."""
@@ -129,14 +146,18 @@ class HttpMetrics(Collector):
     def _count(self, endpoint: str, outcome: Outcome, status: int, seconds: float) -> None:
         slot = self._requests.get((endpoint, outcome, status))
         if slot is None:
+            slot = self._slot(endpoint, outcome, status)
+        slot.add(seconds)
+
+    def _slot(self, endpoint: str, outcome: Outcome, status: int) -> _Slot:
+        """The counters of (endpoint, outcome, status), made on first use."""
+        slot = self._requests.get((endpoint, outcome, status))
+        if slot is None:
             latency = self._latency.get((endpoint, outcome))
             if latency is None:
                 latency = self._latency[(endpoint, outcome)] = _Latency()
             slot = self._requests[(endpoint, outcome, status)] = _Slot(latency)
-        slot.n += 1
-        latency = slot.latency
-        latency.counts[bisect_left(BUCKETS, seconds)] += 1
-        latency.total += seconds
+        return slot
 
     def count(self, endpoint: str, outcome: Outcome | None = None) -> int:
         """Requests answered so far for `endpoint` (optionally one outcome)."""
