@@ -316,20 +316,34 @@ async def test_forwards_go_only_to_the_owner_the_assignment_names(
     assert all(decoy.local_store((USERS.topic, p)).reads == 0 for p in range(USERS.partitions))
 
 
-@pytest.mark.parametrize("auth", ["none", "required"])
+@pytest.mark.parametrize("auth", ["none", "none, cluster secret", "required"])
 @pytest.mark.parametrize("protect_ops", [False, True])
 @pytest.mark.parametrize("path", ["/v1/tables/users/keys/k", "/healthz", "/metrics"])
 @pytest.mark.parametrize("busy", [False, True])
+@pytest.mark.parametrize(
+    ("hops", "sent_id"), [(None, None), ("1", None), ("1", "trace-42"), ("2", "bad id\t")]
+)
 def test_admit_plain_answers_as_admit_does(
-    tmp_path: Path, auth: str, protect_ops: bool, path: str, busy: bool
+    tmp_path: Path,
+    auth: str,
+    protect_ops: bool,
+    path: str,
+    busy: bool,
+    hops: str | None,
+    sent_id: str | None,
 ) -> None:
-    """The plain lane's admission (no credentials, id or forwarding headers) lets in, refuses
-    and sets the request id and forward headers exactly as the full `admit` does."""
-    config = (
-        auth_config(tmp_path, protect_ops=protect_ops)
-        if auth == "required"
-        else AuthConfig(protect_ops=protect_ops)
-    )
+    """The lanes' admission (no credentials or cluster signature; a forward's hops and request
+    id) lets in, refuses and sets the request id and forward headers exactly as the full
+    `admit` does."""
+    if auth == "required":
+        config = auth_config(tmp_path, protect_ops=protect_ops)
+    else:
+        cluster_secret = write(tmp_path / "cluster.secret", CLUSTER_SECRET)
+        config = AuthConfig.load(
+            auth="none",
+            cluster_secret_file=cluster_secret if auth == "none, cluster secret" else None,
+            protect_ops=protect_ops,
+        )
 
     Answer = Identity | tuple[int, tuple[tuple[str, str], ...], bytes]
 
@@ -338,10 +352,10 @@ def test_admit_plain_answers_as_admit_does(
         gate.in_flight = 4 if busy else 0
         FORWARD_HEADERS.set("authorization: Bearer left-from-before\r\n")
         if plain:
-            admitted = gate.admit_plain(path)
-        else:  # none of the headers the gate reads
-            headers = ("authorization", "api_key", "request_id", "hops", "signature")
-            admitted = gate.admit("GET", path, path, **dict.fromkeys(headers))
+            admitted = gate.admit_plain(path, hops, sent_id)
+        else:  # none of the headers the gate reads but a forward's
+            headers = {"authorization": None, "api_key": None, "signature": None}
+            admitted = gate.admit("GET", path, path, hops=hops, request_id=sent_id, **headers)
         answer: Answer = (
             (admitted.status, admitted.headers, admitted.body)
             if isinstance(admitted, Response)
@@ -353,15 +367,22 @@ def test_admit_plain_answers_as_admit_does(
     answers = []
     for plain in (False, True):
         answer, request_id, forward_headers = contextvars.Context().run(admit, plain)
-        assert request_id is not None
-        assert re.fullmatch("[0-9a-f]{16}", request_id)
+        if sent_id == "trace-42":
+            assert request_id == sent_id
+        else:
+            assert request_id is not None
+            assert re.fullmatch("[0-9a-f]{16}", request_id)
         answers.append((answer, forward_headers))
     assert answers[1] == answers[0]
     # Each case is one the test means to cover: let in (with the forward headers reset for
-    # a path that may forward), or refused for load or for want of credentials.
+    # a path that may forward), or refused for load, for want of credentials, or as a
+    # forward without the cluster's signature.
     answer, forward_headers = answers[0]
     if isinstance(answer, Identity):
         assert forward_headers == "" or path in OPS_PATHS
         assert not busy or path in OPS_PATHS
+        assert hops is None or config.cluster is None
+    elif busy and path not in OPS_PATHS:
+        assert answer[0] == 429
     else:
-        assert answer[0] == (429 if busy and path not in OPS_PATHS else 401)
+        assert answer[0] == (403 if hops is not None and config.cluster is not None else 401)

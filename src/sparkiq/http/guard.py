@@ -117,25 +117,36 @@ class Gate:
             FORWARD_HEADERS.set(lines)
         return found
 
-    def admit_plain(self, path: str) -> Identity | Response:
-        """`admit` for a GET of `path` (no query) without credentials, request id or
-        forwarding headers, the loop server's plain lane: on a node without authentication
-        it is let in as everyone with a new id, unless the node is at its limit or `path` is
-        one of `OPS_PATHS`, which `admit` decides (as it does everything on a node with
-        authentication). Same answers as `admit`, at a fraction of the cost.
+    def admit_plain(
+        self, path: str, hops: str | None = None, request_id: str | None = None
+    ) -> Identity | Response:
+        """`admit` for a GET of `path` (no query) without credentials or a cluster signature:
+        the loop server's plain lane (no `hops`, no `request_id`) and its node lane (a forward
+        from another node: the hop count and the request id it carries).
+
+        On a node without authentication the request is let in as everyone, under the id it
+        carries if well formed, else a new one; unless the node is at its limit, `path` is
+        one of `OPS_PATHS`, or it is a forward to a node that checks cluster signatures:
+        `admit` decides those, as it does everything on a node with authentication. Same
+        answers as `admit`, at a fraction of the cost.
         """
-        if self.authenticator.enabled or self.in_flight >= self.max_in_flight or path in OPS_PATHS:
+        if (
+            self.authenticator.enabled
+            or self.in_flight >= self.max_in_flight
+            or path in OPS_PATHS
+            or (hops is not None and self.cluster is not None)
+        ):
             return self.admit(
                 "GET",
                 path,
                 path,
                 authorization=None,
                 api_key=None,
-                request_id=None,
-                hops=None,
+                request_id=request_id,
+                hops=hops,
                 signature=None,
             )
-        REQUEST_ID.set(new_request_id())
+        REQUEST_ID.set(new_request_id() if request_id is None else accept_request_id(request_id))
         if FORWARD_HEADERS.get():
             FORWARD_HEADERS.set("")
         return EVERYONE

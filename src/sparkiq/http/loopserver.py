@@ -377,16 +377,8 @@ class _Connection(asyncio.Protocol):
             if hops is None:
                 admitted = self._gate.admit_plain(text)
             else:
-                admitted = self._gate.admit(
-                    "GET",
-                    text,
-                    text,
-                    authorization=None,
-                    api_key=None,
-                    request_id=None if request_id is None else request_id.decode("latin-1"),
-                    hops=hops.decode("latin-1"),
-                    signature=None,
-                )
+                rid = None if request_id is None else request_id.decode("latin-1")
+                admitted = self._gate.admit_plain(text, hops.decode("latin-1"), rid)
             if isinstance(admitted, Response):
                 self._write(admitted, keep_alive=True)
                 return
