@@ -576,7 +576,6 @@ def _read_range(
     pending: list[Message] = []
     position = part.start
     last_progress = time.monotonic()
-    deadline = last_progress + options.poll_timeout_s
     while position < end:
         with _gc_paused():
             batch, position, progressed = _consume_chunk(consumer, options, part, position, pending)
@@ -586,14 +585,13 @@ def _read_range(
         now = time.monotonic()
         if progressed:
             last_progress = now
-            deadline = now + options.poll_timeout_s
         elif may_escalate and now - last_progress >= ESCALATE_AFTER_S:
             if pending:
                 with _gc_paused():
                     partial = _to_record_batch(topic, partition, pending)
                 yield partial
             raise _NoRecords(position)
-        elif now > deadline:
+        elif now - last_progress > options.poll_timeout_s:
             _low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), cached=True
             )
