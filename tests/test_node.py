@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkiq.node import Node
+from sparkiq.node import Node, rebalance_due
 from sparkiq.restore import PartitionStatus, ReplicaState
 from sparkiq.settings import NodeSettings
 from sparkiq.tables import TableDef
@@ -76,3 +76,19 @@ def test_only_a_promoted_standby_stands_in_while_restoring(node: Node) -> None:
     placement = node.placement(TP)
     assert placement.local_lag_known
     assert not placement.is_local_active
+
+
+@pytest.mark.parametrize(
+    ("asked_for", "asked_at", "generation", "now", "due"),
+    [
+        (-2, 0.0, 1, 5.0, True),  # never asked: ask
+        (1, 100.0, 2, 101.0, True),  # asked at an earlier generation: ask at this one
+        (2, 100.0, 2, 101.0, False),  # asked at this generation just now: wait
+        (2, 100.0, 2, 111.9, False),  # not yet reask_s (12 s) later
+        (2, 100.0, 2, 112.0, True),  # no new generation 12 s later: ask again
+    ],
+)
+def test_a_rebalance_is_asked_once_per_generation_and_again_when_none_follows(
+    asked_for: int, asked_at: float, generation: int, now: float, due: bool
+) -> None:
+    assert rebalance_due(asked_for, asked_at, generation, now, reask_s=12.0) is due

@@ -32,6 +32,9 @@ log = logging.getLogger("sparkiq.node")
 
 # How often a node with warming partitions checks whether one has caught up.
 _WARMUP_CHECK_S = 1.0
+# A rebalance asked for and not begun (no new generation) after twice the session timeout,
+# and at least this long, is asked for again.
+_REASK_MIN_S = 10.0
 # A module constant for the key path: on Python 3.11 `ReplicaState.ACTIVE` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _ACTIVE = ReplicaState.ACTIVE
@@ -54,6 +57,7 @@ class Node:
         self._left = False
         self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
+        self._rebalance_asked_at = 0.0  # monotonic time it was last asked
         self._started_at = time.time()
         # (position, end) of each local replica when first seen, and the replicas whose lag has
         # since been measured against a real end (see `_lag_known`).
@@ -290,9 +294,25 @@ class Node:
                 await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
             if self._stopping.is_set():
                 return
-            if self._warmup_done() and self._rebalance_asked_for != self._map.generation:
-                self._rebalance_asked_for = self._map.generation
-                log.info("node %s: warm-up caught up; asking for a rebalance", self._url)
+            if not self._warmup_done():
+                continue
+            now, generation = time.monotonic(), self._map.generation
+            again = self._rebalance_asked_for == generation
+            reask_s = max(_REASK_MIN_S, 2 * self.settings.session_timeout_ms / 1000)
+            if rebalance_due(
+                self._rebalance_asked_for, self._rebalance_asked_at, generation, now, reask_s
+            ):
+                self._rebalance_asked_for, self._rebalance_asked_at = generation, now
+                if again:
+                    log.warning(
+                        "node %s: no new generation %.0f s after asking for a rebalance at"
+                        " generation %d; asking again",
+                        self._url,
+                        reask_s,
+                        generation,
+                    )
+                else:
+                    log.info("node %s: warm-up caught up; asking for a rebalance", self._url)
                 self.member.request_rebalance()
 
     async def leave(self) -> None:
@@ -412,3 +432,16 @@ class Node:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self._notify()
+
+
+def rebalance_due(
+    asked_for: int, asked_at: float, generation: int, now: float, reask_s: float
+) -> bool:
+    """Whether a node whose warm-up has caught up asks for a rebalance now.
+
+    Once per generation of the map; again at the same generation when `reask_s` has passed
+    since it asked and no new generation came. A request that did not lead to a rebalance
+    (the rejoin lost, or answered with the same generation) would otherwise leave the
+    warm-up's partition where it is for good.
+    """
+    return asked_for != generation or now - asked_at >= reask_s
