@@ -58,6 +58,8 @@ class Node:
         self._tasks: set[asyncio.Future[None]] = set()
         self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
         self._rebalance_asked_at = 0.0  # monotonic time it was last asked
+        # How long an asked-for rebalance may take to begin before it is asked for again.
+        self._reask_s = max(_REASK_MIN_S, 2 * settings.session_timeout_ms / 1000)
         self._started_at = time.time()
         # (position, end) of each local replica when first seen, and the replicas whose lag has
         # since been measured against a real end (see `_lag_known`).
@@ -297,18 +299,15 @@ class Node:
             if not self._warmup_done():
                 continue
             now, generation = time.monotonic(), self._map.generation
-            again = self._rebalance_asked_for == generation
-            reask_s = max(_REASK_MIN_S, 2 * self.settings.session_timeout_ms / 1000)
-            if rebalance_due(
-                self._rebalance_asked_for, self._rebalance_asked_at, generation, now, reask_s
-            ):
+            asked_for = self._rebalance_asked_for
+            if rebalance_due(asked_for, self._rebalance_asked_at, generation, now, self._reask_s):
                 self._rebalance_asked_for, self._rebalance_asked_at = generation, now
-                if again:
+                if asked_for == generation:
                     log.warning(
                         "node %s: no new generation %.0f s after asking for a rebalance at"
                         " generation %d; asking again",
                         self._url,
-                        reask_s,
+                        self._reask_s,
                         generation,
                     )
                 else:
