@@ -30,6 +30,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.broker import DevBroker
 from sparkiq.kafka.admin import create_topic
+from sparkiq.partitioner import Partitioner
 from sparkiq.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
 from sparkiq.store import StoreRegistry
 from sparkiq.tables import Format, TableDef
@@ -128,8 +129,14 @@ def main() -> None:
         create_topic(bootstrap, topic, PARTITIONS)
         rate = produce(bootstrap, topic, n)
         print(f"produced {n:,} records at {rate:,.0f} records/s")
+        # The producer above keeps librdkafka's default partitioner (consistent_random:
+        # CRC32 of the key); the restorer checks every record's partition against it.
         table = TableDef(
-            name="bench", topic=topic, partitions=PARTITIONS, value_format=Format.BYTES
+            name="bench",
+            topic=topic,
+            partitions=PARTITIONS,
+            value_format=Format.BYTES,
+            partitioner=Partitioner.CRC32,
         )
         bare: list[tuple[float, float]] = []
         restored: list[tuple[float, float]] = []

@@ -417,3 +417,19 @@ def test_a_host_with_one_node_takes_standbys_only_up_to_its_share() -> None:
     assert all(_host(cm.owners[tp].active or "") == "a" for tp in on_b)
     # Of a's four actives, b follows two (its share); the other two are followed on a.
     assert _standbys_sharing_a_host(cm) == 2
+
+
+def test_misplaced_counts_reach_every_member_in_the_map() -> None:
+    members = {
+        "m1": MemberInfo("http://a:1", misplaced={("t", 0): 3, ("t", 2): 1}),
+        "m2": MemberInfo("http://b:1", misplaced={("t", 0): 5}),
+        "m3": MemberInfo("http://c:1"),
+    }
+    cm = assign(members, {"t": 3}, standby_replicas=1, acceptable_lag=0)
+    assert cm.misplaced == {("t", 0): 5, ("t", 2): 1}  # the most any replica counted
+    assert ClusterMap.from_bytes(cm.to_bytes()).misplaced == cm.misplaced
+    assert cm.with_generation(7).misplaced == cm.misplaced
+    info = members["m1"]
+    assert MemberInfo.from_bytes(info.to_bytes()) == info
+    # A member of an earlier version sends no counts: none are assumed.
+    assert MemberInfo.from_bytes(b'{"url": "http://d:1"}').misplaced == {}

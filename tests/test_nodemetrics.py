@@ -51,12 +51,16 @@ class FakeNode:
     cluster_map: ClusterMap = field(default_factory=ClusterMap)
     known: Sequence[TableDef] = (USERS, ORDERS)
     ready: bool = False
+    misplaced: dict[str, int] = field(default_factory=dict)
 
     def tables(self) -> Sequence[TableDef]:
         return self.known
 
     def is_ready(self) -> bool:
         return self.ready
+
+    def misplaced_records(self, table: str) -> int:
+        return self.misplaced.get(table, 0)
 
 
 def scrape(node: FakeNode, progress: RestoreProgress | None = None) -> CollectorRegistry:
@@ -158,3 +162,10 @@ def test_an_empty_node_scrapes() -> None:
     assert value(r, "sparkiq_group_generation") == -1
     assert value(r, "sparkiq_tables") == 0
     assert value(r, "sparkiq_restore_records_total") == 0
+
+
+def test_misplaced_records_per_table(node: FakeNode) -> None:
+    node.misplaced["users"] = 7
+    r = scrape(node)
+    assert value(r, "sparkiq_misplaced_records", table="users") == 7
+    assert value(r, "sparkiq_misplaced_records", table="orders") == 0

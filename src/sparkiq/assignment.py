@@ -75,7 +75,10 @@ def assign(
     reported = {url: dict(node.lags) for url, node in sorted(nodes.items())}
     if not nodes:
         return ClusterMap(
-            generation=generation, owners={tp: PartitionOwners(None) for tp in tps}, nodes={}
+            generation=generation,
+            owners={tp: PartitionOwners(None) for tp in tps},
+            nodes={},
+            misplaced=_misplaced(members),
         )
 
     state = _State(nodes, acceptable_lag)
@@ -90,7 +93,19 @@ def assign(
         )
         for tp in tps
     }
-    return ClusterMap(generation=generation, owners=owners, nodes=reported)
+    return ClusterMap(
+        generation=generation, owners=owners, nodes=reported, misplaced=_misplaced(members)
+    )
+
+
+def _misplaced(members: Mapping[str, MemberInfo]) -> dict[TopicPartition, int]:
+    """Misplaced records per partition: the most any member reported (replicas of one
+    partition hold the same records, some further along than others)."""
+    out: dict[TopicPartition, int] = {}
+    for info in members.values():
+        for tp, n in info.misplaced.items():
+            out[tp] = max(n, out.get(tp, 0))
+    return out
 
 
 def _merge_by_url(members: Iterable[MemberInfo]) -> dict[str, _Node]:

@@ -18,6 +18,7 @@ import orjson
 
 from sparkiq import __version__
 from sparkiq.errors import SparkiqError
+from sparkiq.partitioner import Partitioner
 from sparkiq.settings import DEFAULT_APP
 from sparkiq.tables import Format, TableDef, TableKind
 
@@ -361,6 +362,17 @@ def table() -> None:
     help="Avro values: file with the writer schema (JSON).",
 )
 @click.option("--description", default="", help="Free text shown in GET /v1/tables.")
+@click.option(
+    "--partitioner",
+    type=click.Choice(["auto", *(p.value for p in Partitioner)]),
+    default="auto",
+    show_default=True,
+    help="How the producers placed keys in partitions: murmur2 (Java clients, Kafka Streams, "
+    "Spark, sparkiq), crc32 (librdkafka's default consistent_random: confluent-kafka, "
+    "most Python and C producers), fnv1a (librdkafka fnv1a, Go's Sarama), any (custom or "
+    "unknown: a lookup asks every partition); auto samples the topic and picks the one "
+    "that places every sampled record.",
+)
 @_bootstrap_option()
 @_app_option()
 @_kafka_security_options
@@ -374,6 +386,7 @@ def table_create(
     key_schema: Path | None,
     value_schema: Path | None,
     description: str,
+    partitioner: str,
     bootstrap_servers: str,
     app: str,
     kafka_config: Path | None,
@@ -386,22 +399,50 @@ def table_create(
     security = _kafka_security(kafka_config, kafka_properties)
 
     def run() -> None:
+        partitions = partition_count(bootstrap_servers, topic, security=security)
+        kind_ = TableKind(kind)
+        if partitioner == "auto":
+            chosen = _detect_partitioner(
+                bootstrap_servers, topic, partitions, kind_ is TableKind.WINDOWED, security
+            )
+        else:
+            chosen = Partitioner(partitioner)
         tdef = TableDef(
             name=name,
             topic=topic,
-            partitions=partition_count(bootstrap_servers, topic, security=security),
+            partitions=partitions,
             key_format=Format(key_format),
             value_format=Format(value_format),
-            kind=TableKind(kind),
+            kind=kind_,
             window_size_ms=window_size_ms,
             key_schema=key_schema.read_text() if key_schema else None,
             value_schema=value_schema.read_text() if value_schema else None,
             description=description,
+            partitioner=chosen,
         )
         register_table(bootstrap_servers, tdef, app=app, security=security)
-        click.echo(f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions")
+        click.echo(
+            f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
+            f"partitioner {chosen.value}"
+        )
 
     _run(run)
+
+
+def _detect_partitioner(
+    bootstrap: str, topic: str, partitions: int, windowed: bool, security: KafkaSecurity
+) -> Partitioner:
+    """Sample `topic` and print which partitioner placed its records, and why."""
+    from sparkiq.kafka.sample import sample_keys
+    from sparkiq.placement import detect
+
+    click.echo(f"sampling {topic!r} ({partitions} partitions) to tell its partitioner...")
+    samples = sample_keys(bootstrap, topic, partitions, security=security)
+    if windowed:  # a windowed key ends with its 8-byte window start; the key alone decides
+        samples = [(p, key[:-8]) for p, key in samples if len(key) >= 8]
+    found = detect(samples, partitions)
+    click.echo(f"partitioner {found.chosen.value}: {found.evidence()}")
+    return found.chosen
 
 
 @table.command("list")
@@ -424,6 +465,7 @@ def table_list(
             click.echo(
                 f"{t.name}\ttopic={t.topic}\tpartitions={t.partitions}\tkind={t.kind.value}"
                 f"\tkey={t.key_format.value}\tvalue={t.value_format.value}"
+                f"\tpartitioner={t.partitioner.value}"
             )
 
     _run(run)

@@ -1,7 +1,11 @@
 """The Python client: routes each key straight to the node that owns it.
 
-The client reads `GET /v1/metadata` from any node, computes a key's partition with Kafka's
-partitioner (as the nodes do) and sends the request to that partition's active node. When
+The client reads `GET /v1/metadata` from any node, computes a key's partition with the
+table's partitioner (as the nodes do: murmur2, crc32 or fnv1a, per table) and sends the
+request to that partition's active node: `get`, `windows` and `owner` go to the key's
+owner, `multi_get` sends one request per owner, in parallel, and `range` goes to the node
+that holds most of the table's partitions. A table of partitioner `any` has no owner per
+key: its calls go to any node, which asks every partition. When
 the active cannot answer (refused, timed out, 502/503/504/508) it asks the partition's standbys
 next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max_lag`), so
 a standby answers from its own replica; then any node, which forwards or stands in itself.
@@ -15,8 +19,11 @@ import contextlib
 import itertools
 import ssl
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,7 +34,7 @@ import orjson
 
 from sparkiq.errors import ClientError, FormatError, SparkiqError
 from sparkiq.http.tls import client_context
-from sparkiq.partitioner import partition_for
+from sparkiq.partitioner import Partitioner
 from sparkiq.serde import key_codec
 from sparkiq.tables import Format, TableDef, TableKind
 
@@ -122,10 +129,39 @@ class Client:
         return None if entry is None else entry["value"]
 
     def multi_get(self, table: str, keys: Iterable[object]) -> list[dict[str, Any]]:
-        """Items {"key", "value"} in the order of `keys` (value None when absent)."""
-        body = {"keys": list(keys)}
+        """Items {"key", "value"} in the order of `keys` (value None when absent).
+
+        One request per owner node with the keys it owns, in parallel; keys whose owner is
+        not known (a table of partitioner `any`, a key that does not parse) go to any node.
+        """
+        wanted = list(keys)
         path = f"/v1/tables/{quote(table, safe='')}/multi-get"
-        items: list[dict[str, Any]] = self._request_any("POST", path, json_body=body)["items"]
+        groups: dict[str | None, list[int]] = defaultdict(list)
+        fallbacks: dict[str | None, dict[str, None]] = defaultdict(dict)  # ordered sets
+        for i, key in enumerate(wanted):
+            active, standbys = self._replicas(table, _key_text(key))
+            groups[active].append(i)
+            fallbacks[active].update(dict.fromkeys(standbys))
+
+        def ask(active: str | None, indices: list[int]) -> list[Any]:
+            body = {"keys": [wanted[i] for i in indices]}
+            plan = partial(self._owner_plan, active, list(fallbacks[active]))
+            answer = self._send("POST", path, plan, json_body=body)
+            assert answer is not None
+            items: list[Any] = answer["items"]
+            return items
+
+        items: list[dict[str, Any]] = [{} for _ in wanted]
+        if len(groups) <= 1:
+            for active, indices in groups.items():
+                for i, item in zip(indices, ask(active, indices), strict=True):
+                    items[i] = item
+            return items
+        with ThreadPoolExecutor(max_workers=min(len(groups), 16)) as pool:
+            futures = {pool.submit(ask, active, ix): ix for active, ix in groups.items()}
+            for future, indices in futures.items():
+                for i, item in zip(indices, future.result(), strict=True):
+                    items[i] = item
         return items
 
     def range(
@@ -146,8 +182,10 @@ class Client:
         if prefix is not None:
             params["prefix"] = prefix
         path = f"/v1/tables/{quote(table, safe='')}/range"
+        plan = partial(self._owner_plan, self._holder_of_most(table), ())
         while True:
-            page = self._request_any("GET", path, params=params)
+            page = self._send("GET", path, plan, params=params)
+            assert page is not None
             for item in page["items"]:
                 yield item["key"], item["value"]
             cursor = page.get("next_cursor")
@@ -171,7 +209,9 @@ class Client:
     def owner(self, table: str, key: object) -> dict[str, Any]:
         text = _key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/owner"
-        return self._request_any("GET", path)
+        answer = self._request_routed("GET", path, table, text, reads=False)
+        assert answer is not None
+        return answer
 
     def refresh(self) -> None:
         """Fetch the partition map again from any reachable node."""
@@ -217,6 +257,8 @@ class Client:
                     kind=TableKind(t["kind"]),
                     window_size_ms=t.get("window_size_ms"),
                     key_schema="{}" if t["key_format"] == "avro" else None,
+                    # Nodes before per-table partitioners placed every key with murmur2.
+                    partitioner=Partitioner(t.get("partitioner", "murmur2")),
                 )
             except (KeyError, ValueError, SparkiqError):
                 continue
@@ -240,13 +282,9 @@ class Client:
 
     def _replicas(self, table: str, key_text: str) -> tuple[str | None, list[str]]:
         """The active's URL (None if unknown) and the standbys' URLs of a key's partition."""
-        routes = self._routes
-        if time.monotonic() - routes.fetched_at > self._refresh_interval_s:
-            try:
-                self.refresh()
-            except ClientError:
-                return None, []
-            routes = self._routes
+        routes = self._fresh_routes()
+        if routes is None:
+            return None, []
         tdef = routes.tables.get(table)
         if tdef is None or tdef.key_format is Format.AVRO:
             return None, []
@@ -254,8 +292,29 @@ class Client:
             wire = key_codec(tdef).parse_text(key_text)
         except FormatError:
             return None, []  # let a node answer with the precise 400
-        tp = (table, partition_for(wire, tdef.partitions))
+        partition = tdef.partition_of(wire)
+        if partition is None:
+            return None, []  # placement unknown: any node asks every partition
+        tp = (table, partition)
         return routes.active.get(tp), routes.standbys.get(tp, [])
+
+    def _holder_of_most(self, table: str) -> str | None:
+        """The node that is active for most of `table`'s partitions (fewest forwards)."""
+        routes = self._fresh_routes()
+        if routes is None:
+            return None
+        counts = Counter(url for (name, _), url in routes.active.items() if name == table)
+        return counts.most_common(1)[0][0] if counts else None
+
+    def _fresh_routes(self) -> _Routes | None:
+        """The partition map, fetched again once `refresh_interval_s` old (None: no node
+        answered)."""
+        if time.monotonic() - self._routes.fetched_at > self._refresh_interval_s:
+            try:
+                self.refresh()
+            except ClientError:
+                return None
+        return self._routes
 
     def _candidates(self) -> list[str]:
         nodes = self._routes.nodes or self._seeds
@@ -271,13 +330,17 @@ class Client:
         *,
         params: dict[str, str] | None = None,
         absent_ok: bool = False,
+        reads: bool = True,
     ) -> dict[str, Any] | None:
         def plan() -> list[tuple[str, bool]]:
-            active, standbys = self._replicas(table, key_text)
-            first = [(active, False)] if active else []
-            return _dedupe(first + [(u, True) for u in standbys if u != active] + self._anyone())
+            return self._owner_plan(*self._replicas(table, key_text))
 
-        return self._send(method, path, plan, params=params, absent_ok=absent_ok)
+        return self._send(method, path, plan, params=params, absent_ok=absent_ok, reads=reads)
+
+    def _owner_plan(self, active: str | None, standbys: Sequence[str]) -> list[tuple[str, bool]]:
+        """The nodes to ask in turn: the active, the standbys (`max_lag`), then anyone."""
+        first = [(active, False)] if active else []
+        return _dedupe(first + [(u, True) for u in standbys if u != active] + self._anyone())
 
     def _request_any(
         self,
@@ -303,20 +366,23 @@ class Client:
         params: dict[str, str] | None = None,
         json_body: object | None = None,
         absent_ok: bool = False,
+        reads: bool = True,
     ) -> dict[str, Any] | None:
         """Ask the nodes of `plan()` (URL, is a standby) in turn until one answers.
 
         A standby is asked with `max_lag` (the caller's, else `standby_max_lag`) so it
-        answers from its own replica. Refused or broken connections, timeouts and
-        429/502/503/504/508 move on to the next node; after a round the map is refreshed (at most
-        once a second) and the round starts again after a short pause, until the budget is
-        spent.
+        answers from its own replica (not when `reads` is False: no replica is read).
+        Refused or broken connections, timeouts and 429/502/503/504/508 move on to the next
+        node; after a round the map is refreshed (at most once a second) and the round
+        starts again after a short pause, until the budget is spent.
         """
         query = dict(params or {})
-        if self._max_lag is not None:
-            query["max_lag"] = str(self._max_lag)
         standby_query = dict(query)
-        standby_query.setdefault("max_lag", str(self._standby_max_lag))
+        if reads:  # a read of a replica: how far behind the changelog it may be
+            if self._max_lag is not None:
+                query["max_lag"] = str(self._max_lag)
+            standby_query = dict(query)
+            standby_query.setdefault("max_lag", str(self._standby_max_lag))
         content = orjson.dumps(json_body) if json_body is not None else None
         headers = {"content-type": "application/json"} if content is not None else None
         deadline = time.monotonic() + self._budget_s

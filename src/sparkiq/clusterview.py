@@ -57,12 +57,26 @@ def render_cluster(
     meta = fetch_metadata(urls, timeout_s, http)
     if as_json:
         return orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode()
+    tables = meta.get("tables", [])
     lines = [
-        f"generation {meta.get('generation')}, partitioner {meta.get('partitioner')}, "
-        f"{len(meta.get('nodes', []))} nodes, {len(meta.get('tables', []))} tables",
+        f"generation {meta.get('generation')}, "
+        f"{len(meta.get('nodes', []))} nodes, {len(tables)} tables",
+    ]
+    for t in tables:
+        misplaced = int(t.get("misplaced_records", 0))
+        note = ""
+        if t.get("partitioner") == "any":
+            note = "  (placement unknown: every lookup asks every partition)"
+        elif misplaced:
+            note = "  (a key missing from its partition is looked for in all the others)"
+        lines.append(
+            f"table {t['name']}: partitioner {t.get('partitioner', 'murmur2')}, "
+            f"{misplaced:,} misplaced records{note}"
+        )
+    lines += [
         "",
         f"{'NODE':<28} {'TABLE':<20} {'PART':>4}  {'ROLE':<9} {'STATE':<9} "
-        f"{'POSITION':>9} {'END':>9} {'LAG':>7}",
+        f"{'POSITION':>9} {'END':>9} {'LAG':>7} {'MISPLACED':>9}",
     ]
     for node in meta.get("nodes", []):
         url = node["url"]
@@ -80,7 +94,7 @@ def render_cluster(
             role = roles.get((r["table"], int(r["partition"])), "-")
             lines.append(
                 f"{url:<28} {r['table']:<20} {r['partition']:>4}  {role:<9} {r['state']:<9} "
-                f"{r['position']:>9} {r['end']:>9} {r['lag']:>7}"
+                f"{r['position']:>9} {r['end']:>9} {r['lag']:>7} {r.get('misplaced', 0):>9}"
             )
     return "\n".join(lines)
 

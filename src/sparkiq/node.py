@@ -12,14 +12,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from sparkiq.catalog import CatalogWatcher
 from sparkiq.http.view import Placement
 from sparkiq.membership import GroupMember
 from sparkiq.queries import ReplicaRole
-from sparkiq.restore import ReplicaState, Restorer
+from sparkiq.restore import PartitionStatus, ReplicaState, Restorer
 from sparkiq.settings import NodeSettings
 from sparkiq.store import StoreRegistry
 from sparkiq.tables import TableDef
@@ -66,6 +66,8 @@ class Node:
         self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
         self._lag_measured: set[TopicPartition] = set()
         self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
+        # Replicas whose misplaced count was shared once they had caught up.
+        self._misplaced_final: set[TopicPartition] = set()
         self.registry = StoreRegistry(settings.state_dir)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -181,6 +183,27 @@ class Node:
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded
 
+    def misplaced_records(self, table: str) -> int:
+        """Records of `table` found outside the partition its partitioner gives their keys:
+        per partition the most that any replica in the cluster (or this node's own) counted."""
+        tdef = self._tables.get(table)
+        if tdef is None:
+            return 0
+        shared = self._map.misplaced
+        statuses = self.restorer.statuses()
+        total = 0
+        for p in range(tdef.partitions):
+            tp = (tdef.topic, p)
+            st = statuses.get(tp)
+            total += max(shared.get(tp, 0), st.misplaced if st is not None else 0)
+        return total
+
+    def _misplaced_unshared(self) -> set[TopicPartition]:
+        """Local replicas whose misplaced records the cluster map should learn of."""
+        return misplaced_to_share(
+            self.restorer.statuses(), self._map.misplaced, self._misplaced_final, self._by_topic
+        )
+
     @property
     def cluster_map(self) -> ClusterMap:
         """The assignment of the group generation this node last joined (for the metrics)."""
@@ -221,6 +244,7 @@ class Node:
                         for url in (owners.active, *owners.standbys, *owners.warming)
                         if url and (lag := self._map.nodes.get(url, {}).get((topic, p))) is not None
                     },
+                    "misplaced": self._map.misplaced.get((topic, p), 0),
                 }
             )
             entry: list[object] = [table.name, p]
@@ -250,14 +274,17 @@ class Node:
         return {
             "node": self._url,
             "generation": self._map.generation,
-            "partitioner": "murmur2",
             "ready": self.is_ready(),
             "restored_records": self.restorer.records_applied,
-            "tables": [t.summary() for t in self.tables()],
+            "tables": [self.table_summary(t) for t in self.tables()],
             "partitions": partitions,
             "nodes": nodes,
             "local": self._local_replicas(),
         }
+
+    def table_summary(self, table: TableDef) -> dict[str, object]:
+        """`table`'s public description with the misplaced records the cluster found."""
+        return {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
 
     def _local_replicas(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
@@ -271,6 +298,7 @@ class Node:
                     "position": st.position,
                     "end": st.end,
                     "lag": st.lag,
+                    "misplaced": st.misplaced,
                 }
             )
         return out
@@ -296,23 +324,31 @@ class Node:
                 await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
             if self._stopping.is_set():
                 return
-            if not self._warmup_done():
+            warmed_up = self._warmup_done()
+            unshared = self._misplaced_unshared()
+            if not (warmed_up or unshared):
                 continue
             now, generation = time.monotonic(), self._map.generation
             asked_for = self._rebalance_asked_for
             if rebalance_due(asked_for, self._rebalance_asked_at, generation, now, self._reask_s):
                 self._rebalance_asked_for, self._rebalance_asked_at = generation, now
+                why = "warm-up caught up" if warmed_up else "misplaced records found"
                 if asked_for == generation:
                     log.warning(
                         "node %s: no new generation %.0f s after asking for a rebalance at"
-                        " generation %d; asking again",
+                        " generation %d (%s); asking again",
                         self._url,
                         self._reask_s,
                         generation,
+                        why,
                     )
                 else:
-                    log.info("node %s: warm-up caught up; asking for a rebalance", self._url)
+                    log.info("node %s: %s; asking for a rebalance", self._url, why)
                 self.member.request_rebalance()
+                statuses = self.restorer.statuses()
+                self._misplaced_final.update(
+                    tp for tp in unshared if (st := statuses.get(tp)) and st.lag == 0
+                )
 
     async def leave(self) -> None:
         """Leave the group at once: the others take over without waiting for a timeout.
@@ -356,6 +392,11 @@ class Node:
                 if tp[0] in known
             ),
             lags={tp: lag for tp, lag in self.restorer.lags().items() if tp[0] in known},
+            misplaced={
+                tp: st.misplaced
+                for tp, st in self.restorer.statuses().items()
+                if st.misplaced and tp[0] in known
+            },
         )
 
     def _on_assignment(self, cluster_map: ClusterMap) -> None:
@@ -431,6 +472,31 @@ class Node:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self._notify()
+
+
+def misplaced_to_share(
+    statuses: Mapping[TopicPartition, PartitionStatus],
+    shared: Mapping[TopicPartition, int],
+    shared_caught_up: Set[TopicPartition],
+    topics: Container[str],
+) -> set[TopicPartition]:
+    """The local replicas (of tables in `topics`) whose misplaced records the cluster map
+    should learn of: a rebalance carries the counts to every node, with the lags.
+
+    One is shared when the map (`shared`) knows of none in its partition (every node must
+    then look further on a miss), when its count has doubled since, and once when it has
+    caught up with the changelog (the count its restore ends with) unless that was done
+    (`shared_caught_up`). A producer that keeps misplacing records so costs a few
+    rebalances over a node's life, not one per record.
+    """
+    found: set[TopicPartition] = set()
+    for tp, st in statuses.items():
+        known = shared.get(tp, 0)
+        if st.misplaced <= known or tp[0] not in topics:
+            continue
+        if known == 0 or st.misplaced >= 2 * known or (st.lag == 0 and tp not in shared_caught_up):
+            found.add(tp)
+    return found
 
 
 def rebalance_due(

@@ -24,6 +24,7 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_cluster_nodes` | gauge | |
 | `sparkiq_ready` | gauge | |
 | `sparkiq_tables` | gauge | |
+| `sparkiq_misplaced_records` | gauge | table |
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class ObservedNode(Protocol):
     def tables(self) -> Sequence[TableDef]: ...
 
     def is_ready(self) -> bool: ...
+
+    def misplaced_records(self, table: str) -> int: ...
 
 
 def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> PartitionState:
@@ -192,3 +195,12 @@ class NodeMetrics(Collector):
         yield GaugeMetricFamily(
             "sparkiq_tables", "Tables the node knows from the catalog.", value=len(tables)
         )
+        misplaced = GaugeMetricFamily(
+            "sparkiq_misplaced_records",
+            "Records the cluster found in another partition than the table's partitioner "
+            "gives their keys (lookups that miss then ask every partition).",
+            labels=("table",),
+        )
+        for tdef in tables:
+            misplaced.add_metric((tdef.name,), node.misplaced_records(tdef.name))
+        yield misplaced

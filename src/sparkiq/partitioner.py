@@ -1,31 +1,77 @@
-"""Kafka's default partitioner, bit for bit: which partition a record key lands in.
+"""Kafka producers' partitioners, bit for bit: which partition a record key lands in.
 
-Kafka's Java producer (and librdkafka's ``murmur2_random`` partitioner) choose the
-partition of a keyed record as ``toPositive(murmur2(key_bytes)) % num_partitions``, where
-``murmur2`` is MurmurHash2 (32-bit, little-endian blocks) with Kafka's seed ``0x9747b28c``
-and ``toPositive`` clears the sign bit of Java's signed result. sparkiq must agree with the
-producer exactly: a serving node that computed another partition would look for the key in
-the wrong store. The golden vectors of Kafka's ``UtilsTest.testMurmur2`` and the partitions
-librdkafka chooses pin this in ``tests/test_partitioner.py``.
+sparkiq must agree with the producer that wrote a topic exactly: a serving node that
+computed another partition would look for the key in the wrong store. Producers do not all
+place keys alike, so a table names its `Partitioner`:
 
-``partition_for`` runs on every HTTP lookup, so it uses the C-backed (Rust) ``murmurhash2``
-package when its wheel is installed (~70 ns per call) and falls back to the pure-Python
-implementation here (same results, ~1.5 µs for 10-40 byte keys) when it is not.
+- ``murmur2``: Kafka's Java producer, Kafka Streams, Spark and librdkafka's ``murmur2`` /
+  ``murmur2_random`` choose ``toPositive(murmur2(key_bytes)) % num_partitions``, where
+  ``murmur2`` is MurmurHash2 (32-bit, little-endian blocks) with Kafka's seed
+  ``0x9747b28c`` and ``toPositive`` clears the sign bit of Java's signed result. The
+  golden vectors of Kafka's ``UtilsTest.testMurmur2`` pin it.
+- ``crc32``: librdkafka's ``consistent`` and ``consistent_random`` (the latter is
+  librdkafka's default, so confluent-kafka's and most C and Python producers') choose
+  ``crc32(key) % num_partitions`` with the unsigned IEEE CRC-32 that zlib computes.
+  ``consistent_random`` places an *empty* key at random; the rule holds for every other key.
+- ``fnv1a``: librdkafka's ``fnv1a`` / ``fnv1a_random`` and Go's Sarama (its default hash
+  partitioner) choose ``|fnv1a(key)| % num_partitions``: the 32-bit FNV-1a hash read as a
+  signed integer, made positive by negation (Sarama's rule, which librdkafka copies). The
+  hash ``0x80000000`` (INT_MIN) stays ``0x80000000`` there, read as unsigned: 2**31.
+- ``any``: custom or unknown placement; nothing can compute the partition of a key.
+
+Null keys are placed at random by every producer (librdkafka in sticky batches, whichever
+partitioner is set); they name no record of a changelog, so none is ever placed here.
+`tests/test_partitioner.py` pins every rule against the partitions librdkafka chooses.
+
+``partition_for`` (murmur2) runs on every HTTP lookup of most tables, so it uses the
+C-backed (Rust) ``murmurhash2`` package when its wheel is installed (~70 ns per call) and
+falls back to the pure-Python implementation here (same results, ~1.5 µs for 10-40 byte
+keys) when it is not. ``fnv1a_partition`` likewise uses the C ``fnv-hash-fast`` package
+and falls back to a pure-Python loop; ``crc32_partition`` is zlib's C CRC-32.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable
+from enum import StrEnum
 from functools import lru_cache
 
 __all__ = [
     "IMPLEMENTATION",
+    "Partitioner",
+    "PlaceFn",
+    "crc32_partition",
+    "fnv1a",
+    "fnv1a_partition",
+    "fnv1a_py",
     "murmur2",
     "murmur2_py",
     "partition_for",
+    "placer",
     "to_positive",
 ]
+
+
+class Partitioner(StrEnum):
+    """The rule a topic's producers placed keyed records in partitions by."""
+
+    MURMUR2 = "murmur2"
+    """Kafka's default: Java clients, Kafka Streams, Spark, librdkafka murmur2(_random)."""
+
+    CRC32 = "crc32"
+    """librdkafka ``consistent`` / ``consistent_random`` (its default) for keyed records."""
+
+    FNV1A = "fnv1a"
+    """librdkafka ``fnv1a`` / ``fnv1a_random`` and Sarama's (Go) default hash partitioner."""
+
+    ANY = "any"
+    """Custom or unknown placement: a key may be in any partition."""
+
+
+# One signature for every rule, so a table's rule is picked once and then called per lookup.
+PlaceFn = Callable[[bytes, int], int]
 
 SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -109,3 +155,85 @@ def partition_for(key: bytes, num_partitions: int) -> int:
     if type(key) is not bytes:
         key = bytes(key)
     return (_murmur2_unsigned(key, SEED) & 0x7FFFFFFF) % num_partitions
+
+
+# ---- crc32 (librdkafka consistent, consistent_random) --------------------------------
+
+
+def crc32_partition(key: bytes, num_partitions: int) -> int:
+    """The partition librdkafka's ``consistent`` partitioner gives a record with key *key*.
+
+    zlib's CRC-32 is librdkafka's ``rd_crc32`` (IEEE, reflected) and returns it unsigned,
+    as librdkafka's ``uint32_t % partition_cnt`` reads it. *num_partitions* must be >= 1.
+    """
+    return zlib.crc32(key) % num_partitions
+
+
+# ---- fnv1a (librdkafka fnv1a, fnv1a_random; Sarama) ----------------------------------
+
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+
+
+def _fnv1a_32_py(data: bytes) -> int:
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK32
+    return h
+
+
+def _abs_signed(h: int) -> int:
+    # Negating the signed value, on the unsigned bits; INT_MIN negates to itself (2**31).
+    return 0x100000000 - h if h & 0x80000000 else h
+
+
+def fnv1a_py(data: bytes) -> int:
+    """Pure-Python ``fnv1a``; the reference the C-backed path is tested against."""
+    return _abs_signed(_fnv1a_32_py(bytes(data)))
+
+
+# data -> unsigned 32-bit FNV-1a; called directly on the hot path, no wrapper.
+_fnv1a_32: Callable[[bytes], int]
+try:
+    from fnv_hash_fast import fnv1a_32 as _fnv1a_32
+except ImportError:  # pragma: no cover - depends on the installed wheels
+    _fnv1a_32 = _fnv1a_32_py
+
+
+def fnv1a(data: bytes) -> int:
+    """librdkafka's ``rd_fnv1a``: the absolute value of the signed 32-bit FNV-1a hash.
+
+    Non-negative, at most 2**31 (the hash 0x80000000 is its own negation).
+    """
+    if type(data) is not bytes:
+        # The C path accepts only bytes; bytearray/memoryview keys are copied once.
+        data = bytes(data)
+    return _abs_signed(_fnv1a_32(data))
+
+
+def fnv1a_partition(key: bytes, num_partitions: int) -> int:
+    """The partition librdkafka's ``fnv1a`` partitioner (and Sarama's) gives key *key*.
+
+    *num_partitions* must be >= 1 (not re-checked: this runs on every lookup).
+    """
+    if type(key) is not bytes:
+        key = bytes(key)
+    h = _fnv1a_32(key)
+    # _abs_signed inlined: on a short key the call would cost about as much as the hash.
+    if h & 0x80000000:
+        h = 0x100000000 - h
+    return h % num_partitions
+
+
+# ---- choosing one --------------------------------------------------------------------
+
+_PLACERS: dict[Partitioner, PlaceFn] = {
+    Partitioner.MURMUR2: partition_for,
+    Partitioner.CRC32: crc32_partition,
+    Partitioner.FNV1A: fnv1a_partition,
+}
+
+
+def placer(partitioner: Partitioner) -> PlaceFn | None:
+    """The function that places keys as *partitioner* does; None for `Partitioner.ANY`."""
+    return _PLACERS.get(partitioner)

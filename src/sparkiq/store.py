@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 _META_CF = "meta"
 _OFFSET_KEY = b"next_offset"
 _TABLE_KEY = b"table"
+# Records found in this partition although the table's partitioner puts their keys in
+# another one: kept with the checkpoint, so a restart that replays only the tail still knows.
+_MISPLACED_KEY = b"misplaced"
 _IMMUTABLE_MEMTABLES = "rocksdb.num-immutable-mem-table"  # full memtables not yet flushed
 _KEEP_INFO_LOGS = 3  # RocksDB's info logs kept per store: the current one and two old ones
 
@@ -169,10 +172,12 @@ class PartitionStore:
         try:
             self._check_table(path, table)
             raw = self._meta.get(_OFFSET_KEY)
+            raw_misplaced = self._meta.get(_MISPLACED_KEY)
         except BaseException:
             self._release()
             raise
         self._next_offset: int | None = int.from_bytes(raw, "big") if raw is not None else None
+        self._misplaced = int.from_bytes(raw_misplaced, "big") if raw_misplaced else 0
         self._wo = _write_options(wal=True)
         self._wo_no_wal = _write_options(wal=False)
         self._unflushed = False  # written without the WAL since the last flush
@@ -271,17 +276,23 @@ class PartitionStore:
         building a list of pairs first on its hot path."""
         return WriteBatch(raw_mode=True)
 
-    def write(self, batch: WriteBatch, next_offset: int, *, wal: bool = True) -> None:
+    def write(
+        self, batch: WriteBatch, next_offset: int, *, wal: bool = True, misplaced: int = 0
+    ) -> None:
         """Write a batch from `new_batch` together with the checkpoint, atomically.
 
         With *wal* False the write skips the write-ahead log: it is durable only after the
-        next `flush` (see the module docstring).
+        next `flush` (see the module docstring). *misplaced* records of the batch are added
+        to the store's count of them (`misplaced_records`) in the same write.
         """
         if self._meta_cf is None:
             raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
         if wal:
             self.flush()
         batch.put(_OFFSET_KEY, next_offset.to_bytes(8, "big"), self._meta_cf)
+        if misplaced:
+            total = self._misplaced + misplaced
+            batch.put(_MISPLACED_KEY, total.to_bytes(8, "big"), self._meta_cf)
         try:
             self._db.write(batch, self._wo if wal else self._wo_no_wal)
         except Exception as exc:
@@ -293,6 +304,8 @@ class PartitionStore:
             self._unflushed = True
         self._writes += 1
         self._next_offset = next_offset
+        if misplaced:
+            self._misplaced = total
 
     def start_flush(self) -> bool:
         """Persist writes that skipped the write-ahead log in RocksDB's background, the data
@@ -347,6 +360,11 @@ class PartitionStore:
     def next_offset(self) -> int | None:
         """The next changelog offset to apply (None: nothing applied yet)."""
         return self._next_offset
+
+    @property
+    def misplaced_records(self) -> int:
+        """Records applied here whose keys the table's partitioner puts in another partition."""
+        return self._misplaced
 
     @property
     def is_closed(self) -> bool:

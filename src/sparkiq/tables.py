@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from sparkiq.errors import CatalogError
+from sparkiq.partitioner import Partitioner, placer
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -54,6 +55,9 @@ class TableDef:
     value_schema: str | None = None
     # Free text shown in `GET /v1/tables`.
     description: str = ""
+    # How the producers placed keys in partitions; definitions written before this field
+    # existed were all murmur2 (sparkiq's sinks, Java clients), so that is the default.
+    partitioner: Partitioner = Partitioner.MURMUR2
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -75,6 +79,17 @@ class TableDef:
     @property
     def is_windowed(self) -> bool:
         return self.kind is TableKind.WINDOWED
+
+    @property
+    def has_fixed_placement(self) -> bool:
+        """Whether a key's partition follows from the key (every partitioner but `any`)."""
+        return self.partitioner is not Partitioner.ANY
+
+    def partition_of(self, key: bytes) -> int | None:
+        """The partition this table's partitioner gives *key* (a windowed table's key
+        without its window start); None when placement is unknown (`any`)."""
+        place = placer(self.partitioner)
+        return None if place is None else place(key, self.partitions)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -99,6 +114,7 @@ class TableDef:
                 key_schema=raw.get("key_schema"),
                 value_schema=raw.get("value_schema"),
                 description=str(raw.get("description", "")),
+                partitioner=Partitioner(raw.get("partitioner", "murmur2")),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CatalogError(f"invalid table definition {raw!r}: {exc}") from exc
@@ -112,6 +128,7 @@ class TableDef:
             "kind": self.kind.value,
             "key_format": self.key_format.value,
             "value_format": self.value_format.value,
+            "partitioner": self.partitioner.value,
         }
         if self.window_size_ms is not None:
             out["window_size_ms"] = self.window_size_ms

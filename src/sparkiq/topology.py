@@ -39,6 +39,9 @@ class MemberInfo:
     # Offsets behind the changelog end for every partition the node has a store for
     # (including stores left on disk from earlier runs); absent = nothing local.
     lags: Mapping[TopicPartition, int] = field(default_factory=dict)
+    # Records in a partition that the table's partitioner puts elsewhere, by partition
+    # (only partitions with some): every node must know them to look further on a miss.
+    misplaced: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(
@@ -48,6 +51,7 @@ class MemberInfo:
                 "actives": sorted(_tp_key(tp) for tp in self.actives),
                 "standbys": sorted(_tp_key(tp) for tp in self.standbys),
                 "lags": {_tp_key(tp): lag for tp, lag in self.lags.items()},
+                "misplaced": {_tp_key(tp): n for tp, n in self.misplaced.items()},
             }
         )
 
@@ -59,6 +63,7 @@ class MemberInfo:
             actives=frozenset(_tp_parse(t) for t in raw.get("actives", [])),
             standbys=frozenset(_tp_parse(t) for t in raw.get("standbys", [])),
             lags={_tp_parse(k): int(v) for k, v in raw.get("lags", {}).items()},
+            misplaced={_tp_parse(k): int(v) for k, v in raw.get("misplaced", {}).items()},
         )
 
 
@@ -79,6 +84,8 @@ class ClusterMap:
     owners: Mapping[TopicPartition, PartitionOwners] = field(default_factory=dict)
     # url -> lags that node reported when it joined
     nodes: Mapping[str, Mapping[TopicPartition, int]] = field(default_factory=dict)
+    # Misplaced records per partition, the most any member reported (see MemberInfo).
+    misplaced: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def owner_of(self, tp: TopicPartition) -> PartitionOwners | None:
         return self.owners.get(tp)
@@ -114,6 +121,7 @@ class ClusterMap:
                     url: {_tp_key(tp): lag for tp, lag in lags.items()}
                     for url, lags in self.nodes.items()
                 },
+                "misplaced": {_tp_key(tp): n for tp, n in self.misplaced.items()},
             }
         )
 
@@ -130,7 +138,10 @@ class ClusterMap:
                 url: {_tp_parse(k): int(v) for k, v in lags.items()}
                 for url, lags in raw.get("nodes", {}).items()
             },
+            misplaced={_tp_parse(k): int(v) for k, v in raw.get("misplaced", {}).items()},
         )
 
     def with_generation(self, generation: int) -> ClusterMap:
-        return ClusterMap(generation=generation, owners=self.owners, nodes=self.nodes)
+        return ClusterMap(
+            generation=generation, owners=self.owners, nodes=self.nodes, misplaced=self.misplaced
+        )

@@ -45,11 +45,11 @@ from sparkiq.http.responses import (
     error_response,
     failed,
     failure_response,
+    is_absent,
     json_response,
 )
 from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView
-from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key, window_store_key
 from sparkiq.tables import TableDef
@@ -110,7 +110,9 @@ class HttpApi:
         self._key_endpoint = _Endpoint("key", "GET", frozenset(lag), self._get_key)
         self._table_endpoints = {
             "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
-            "multi-get": _Endpoint("multi_get", "POST", frozenset(lag), self._multi_get),
+            "multi-get": _Endpoint(
+                "multi_get", "POST", frozenset((*lag, "partitions")), self._multi_get
+            ),
         }
         self._key_endpoints = {
             "windows": _Endpoint("windows", "GET", frozenset(("from", "to", *lag)), self._windows),
@@ -287,17 +289,22 @@ class HttpApi:
         wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failed(wire)
-        partition = partition_for(wire, table.partitions)
+        partition = table.partition_of(wire)
+        if partition is None:  # placement unknown: every partition is asked
+            return await fanout.find_key(self, table, key_text, wire, None, call)
         pair = codecs(table)
         store_key = pair[0].wire_to_store(wire)
         node = self.view.url
-        return await self.answer_from_replica(
+        answer = await self.answer_from_replica(
             (table.topic, partition),
             call,
             lambda replica: read_key(
                 table, pair, key_text, wire, store_key, partition, replica, node
             ),
         )
+        if is_absent(answer[0]) and fanout.looks_everywhere(self, table, call):
+            return await fanout.find_key(self, table, key_text, wire, partition, call)
+        return answer
 
     async def answer_from_replica(
         self,
@@ -342,7 +349,9 @@ class HttpApi:
         if isinstance(wire, Failure):
             return failed(wire)
         # All windows of a key live in the partition of the key alone.
-        partition = partition_for(wire, table.partitions)
+        partition = table.partition_of(wire)
+        if partition is None:
+            return failed(_no_fixed_placement(table, "windows"))
         return await self.answer_from_replica(
             (table.topic, partition),
             call,
@@ -398,7 +407,9 @@ class HttpApi:
         wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failed(wire)
-        partition = partition_for(wire, table.partitions)
+        partition = table.partition_of(wire)
+        if partition is None:
+            return failed(_no_fixed_placement(table, "owner"))
         placement = self.view.placement((table.topic, partition))
         return json_response(
             {
@@ -426,7 +437,8 @@ class HttpApi:
 
     def _tables(self, identity: Identity) -> Response:
         """The tables `identity` may read (all of them without authentication)."""
-        tables = [t.summary() for t in self.view.tables() if identity.may_read(t.name)]
+        view = self.view
+        tables = [view.table_summary(t) for t in view.tables() if identity.may_read(t.name)]
         return json_response({"tables": tables})
 
     def _metadata(self) -> Response:
@@ -444,6 +456,16 @@ class HttpApi:
 
     def _metrics(self) -> Response:
         return Response(200, self.metrics.render(), (("content-type", METRICS_CONTENT_TYPE),))
+
+
+def _no_fixed_placement(table: TableDef, endpoint: str) -> Failure:
+    return Failure(
+        FailureReason.BAD_REQUEST,
+        f"table {table.name!r} has partitioner 'any': its keys have no fixed partition, so "
+        f"{endpoint} cannot be answered for one key; GET /v1/tables/{table.name}/keys/{{key}} "
+        "finds a key in whichever partition holds it (or register the table with the "
+        "producer's partitioner)",
+    )
 
 
 def _wrong_method(method: str, allowed: str) -> Response:

@@ -3,9 +3,12 @@
 Keys (multi-get) or partitions (range) are grouped by who answers them: this node's replicas
 are read directly; each other owner gets ONE request, all in parallel, carrying the hop
 header. Groups with no answering replica wait for a change of the view, within the budget.
-Range pages merge every partition's items in store-key order; owners are asked with the
-internal `partitions=` parameter (only accepted from another node) and return each item's
-store key so the merge does not depend on how keys render. Both answers carry `offsets`
+Multi-get reads through `gather`; on a table of partitioner `any`, or whose changelog holds
+misplaced records, keys missing from their own partition are then looked for in every other
+one (`looks_everywhere`, `find_key` for single keys). Range pages merge every partition's
+items in store-key order; owners are asked with the internal `partitions=` parameter (only
+accepted from another node) and return each item's store key so the merge does not depend
+on how keys render. Both answers carry `offsets`
 (partition -> the changelog offset its replica had reached) and `standby` (whether any part
 came from a standby), merged from the owners' answers. A partition whose owner is
 unreachable or answers 503 is read from a local stand-in within the lag bound if this node
@@ -17,14 +20,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import orjson
 
-from sparkiq.http.forward import Unreachable
-from sparkiq.http.locate import Call, LocalReplica, fallback_target
+from sparkiq.http.gather import Gathered, Sources, decode_wire_keys, gather, probe_items
+from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -35,7 +38,6 @@ from sparkiq.http.params import (
     parse_key_text,
 )
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
-from sparkiq.partitioner import partition_for
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key
 from sparkiq.tables import TableDef
@@ -50,36 +52,6 @@ RANGE_PARAMS = frozenset(("from", "to", "prefix", "limit", "cursor", "max_lag", 
 _ALL_WINDOWS = b"\xff" * 8
 
 
-@dataclass
-class _Sources:
-    """What the replicas behind an answer had reached: offset per partition, any standby."""
-
-    offsets: dict[int, int | None] = field(default_factory=dict)
-    standby: bool = False
-
-    def local(self, partition: int, replica: LocalReplica) -> None:
-        self.offsets[partition] = replica.offset
-        self.standby = self.standby or replica.is_standby
-
-    def remote(self, doc: dict[str, Any]) -> None:
-        """Merge the `offsets` and `standby` of another node's answer."""
-        for partition, offset in doc.get("offsets", {}).items():
-            self.offsets[int(partition)] = offset
-        self.standby = self.standby or bool(doc.get("standby"))
-
-    def fields(self) -> dict[str, object]:
-        offsets = {str(p): o for p, o in sorted(self.offsets.items())}
-        return {"offsets": offsets, "standby": self.standby}
-
-
-def _best(outcomes: set[Outcome]) -> Outcome:
-    """The metrics outcome of an answer assembled from several replicas."""
-    for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
-        if outcome in outcomes:
-            return outcome
-    return Outcome.LOCAL
-
-
 # -- multi-get ---------------------------------------------------------------------------------
 
 
@@ -91,6 +63,8 @@ async def multi_get(
         return _fail(
             Failure(FailureReason.TOO_LARGE, f"body is over {settings.max_body_bytes} bytes")
         )
+    if "partitions" in params:
+        return await _probe(api, table, params, call, body)
     try:
         doc: Any = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -107,129 +81,119 @@ async def multi_get(
                 f"{len(raw_keys)} keys; at most {settings.max_multi_get_keys} per multi-get",
             )
         )
-    codec, value_codec = codecs(table)
     wires: list[bytes] = []
-    by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
     for i, raw in enumerate(raw_keys):
         wire = parse_key_json(table, raw, i, settings.max_key_bytes)
         if isinstance(wire, Failure):
             return _fail(wire)
         wires.append(wire)
-        by_tp[(table.topic, partition_for(wire, table.partitions))].append(i)
-
-    values: list[object] = [None] * len(wires)
-    outcomes: set[Outcome] = set()
-    sources = _Sources()
-    render_value = value_codec.render
-    pending = dict(by_tp)
-    last_why = ""
-    failed_actives: set[TopicPartition] = set()  # stand-ins may answer for these
-    tried: dict[TopicPartition, set[str]] = defaultdict(set)  # standbys asked in vain
-    bound = call.stand_in_bound(settings)
-    while pending:
-        # (url, asked as a stand-in) -> partitions
-        remote: dict[tuple[str, bool], list[TopicPartition]] = defaultdict(list)
-        waiting: dict[TopicPartition, list[int]] = {}
-        for tp, indices in pending.items():
-            if call.fallback_lag is not None:  # asked as a stand-in: own replicas or 503
-                found: LocalReplica | str | Failure = api.locator.local_only(tp, call.fallback_lag)
-                if isinstance(found, Failure):
-                    return _fail(found)
-            else:
-                found = api.locator.resolve_or_stand_in(
-                    tp, call, active_failed=tp in failed_actives
-                )
-            if isinstance(found, LocalReplica):
-                got = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
-                for i, value in zip(indices, got, strict=True):
-                    values[i] = None if value is None else render_value(value)
-                outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
-                sources.local(tp[1], found)
-            elif isinstance(found, str):
-                stand_in = None
-                if tp in failed_actives:
-                    untried = [u for u in api.locator.standby_urls(tp) if u not in tried[tp]]
-                    stand_in = untried[0] if untried else None
-                    if stand_in is None:
-                        tried[tp].clear()  # all asked: the active again, then them again
-                if stand_in is None:
-                    remote[(found, False)].append(tp)
-                else:
-                    remote[(stand_in, True)].append(tp)
-            else:
-                waiting[tp] = indices
-                last_why = found.message
-        if remote:
-            asks = list(remote)
-            answers = await asyncio.gather(
-                *(
-                    _ask_multi(
-                        api,
-                        url,
-                        [i for tp in remote[(url, as_stand_in)] for i in pending[tp]],
-                        raw_keys,
-                        call,
-                        bound if as_stand_in else None,
-                    )
-                    for url, as_stand_in in asks
-                )
-            )
-            for (url, as_stand_in), answer in zip(asks, answers, strict=True):
-                tps = remote[(url, as_stand_in)]
-                indices = [i for tp in tps for i in pending[tp]]
-                if answer is None or (isinstance(answer, Response) and answer.status == 503):
-                    # Try these partitions again after a pause, from a stand-in if any.
-                    waiting.update((tp, pending[tp]) for tp in tps)
-                    if as_stand_in:
-                        for tp in tps:
-                            tried[tp].add(url)
-                    else:
-                        failed_actives.update(tps)
-                    last_why = f"{url} is unreachable or unavailable"
-                    continue
-                if isinstance(answer, Failure):
-                    return _fail(answer)
-                if answer.status != 200:
-                    return answer, Outcome.FORWARDED  # the owner's failure, as it said it
-                doc = orjson.loads(answer.body)
-                for i, item in zip(indices, doc["items"], strict=True):
-                    values[i] = item["value"]
-                sources.remote(doc)
-                outcomes.add(Outcome.FORWARDED)
-        pending = waiting
-        if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
-            return _fail(api.locator.gave_up(call, last_why))
-    items = [
-        {"key": codec.render(wire), "value": value}
-        for wire, value in zip(wires, values, strict=True)
-    ]
-    body = orjson.dumps({"items": items, **sources.fields()})
-    return Response(200, body), _best(outcomes)
-
-
-async def _ask_multi(
-    api: HttpApi,
-    url: str,
-    indices: list[int],
-    raw_keys: list[Any],
-    call: Call,
-    stand_in_bound: int | None,
-) -> Response | Failure | None:
-    """Ask `url` for the keys at `indices`; as a stand-in (own replicas only) with a bound."""
-    body = orjson.dumps({"keys": [raw_keys[i] for i in indices]})
-    target = call.target
-    if stand_in_bound is not None:
-        target = fallback_target(target, stand_in_bound)
-        answer = await api.locator.ask(
-            url, "POST", target, body, call, api.settings.active_timeout_s
+    homes = [table.partition_of(wire) for wire in wires]
+    got = Gathered()
+    if table.has_fixed_placement:
+        plan: dict[TopicPartition, list[int]] = defaultdict(list)
+        for i, home in enumerate(homes):
+            assert home is not None
+            plan[(table.topic, home)].append(i)
+        done = await gather(
+            api, table, wires, plan, call, probing=False, public_keys=raw_keys, into=got
         )
-        if isinstance(answer, Unreachable):
-            api.metrics.forward_failed(answer)
-            return None
-        return answer
-    return await api.locator.forward(
-        url, "POST", target, body, call, on_unreachable=api.metrics.forward_failed
-    )
+        if not isinstance(done, Gathered):
+            return done
+    if looks_everywhere(api, table, call):
+        missing = [i for i in range(len(wires)) if not got.hits.get(i)]
+        done = await gather(
+            api, table, wires, _elsewhere(table, missing, homes), call, probing=True, into=got
+        )
+        if not isinstance(done, Gathered):
+            return done
+    render_key = codecs(table)[0].render
+    items = []
+    for i, wire in enumerate(wires):
+        hit = got.best(i, homes[i])
+        items.append({"key": render_key(wire), "value": None if hit is None else hit.value})
+    body = orjson.dumps({"items": items, **got.sources.fields()})
+    return Response(200, body), got.outcome()
+
+
+def looks_everywhere(api: HttpApi, table: TableDef, call: Call) -> bool:
+    """Whether keys missing from their own partition are looked for in every other one:
+    on a table of unknown placement, or one whose changelog holds misplaced records. Only
+    the node a client asked does it (another node asked on its behalf answers for the
+    key's own partition alone)."""
+    if call.hops or call.fallback_lag is not None:
+        return False
+    return not table.has_fixed_placement or api.view.misplaced_records(table.name) > 0
+
+
+def _elsewhere(
+    table: TableDef, indices: Sequence[int], homes: Sequence[int | None]
+) -> dict[TopicPartition, list[int]]:
+    """Every partition but its own for each key at `indices`."""
+    plan: dict[TopicPartition, list[int]] = {}
+    for p in range(table.partitions):
+        wanted = [i for i in indices if homes[i] != p]
+        if wanted:
+            plan[(table.topic, p)] = wanted
+    return plan
+
+
+async def _probe(api: HttpApi, table: TableDef, params: Params, call: Call, body: bytes) -> Answer:
+    """Another node's probe: every key of the body in every partition listed."""
+    if call.hops == 0:
+        return _fail(
+            Failure(
+                FailureReason.BAD_REQUEST,
+                'partitions is internal to sparkiq nodes; send {"keys": [...]} instead',
+            )
+        )
+    parts = _partition_list(params["partitions"], table.partitions)
+    if isinstance(parts, Failure):
+        return _fail(parts)
+    wires = decode_wire_keys(body)
+    if isinstance(wires, Failure):
+        return _fail(wires)
+    every = list(range(len(wires)))
+    plan = {(table.topic, p): every for p in parts}
+    got = await gather(api, table, wires, plan, call, probing=True)
+    if not isinstance(got, Gathered):
+        return got
+    items = probe_items(table, wires, got)
+    return Response(200, orjson.dumps({"items": items, **got.sources.fields()})), got.outcome()
+
+
+async def find_key(
+    api: HttpApi, table: TableDef, key_text: str, wire: bytes, home: int | None, call: Call
+) -> Answer:
+    """A key missing from its own partition `home` (None: placement unknown), looked for in
+    every other partition: the answer of `GET .../keys/{key}` from where it was found."""
+    plan = _elsewhere(table, [0], [home])
+    got = await gather(api, table, [wire], plan, call, probing=True)
+    if not isinstance(got, Gathered):
+        return got
+    hit = got.best(0)
+    if hit is None:
+        where = "in any partition" if home is None else f"in partition {home} or any other"
+        failure = Failure(
+            FailureReason.NOT_FOUND,
+            f"key {key_text!r} is not in table {table.name!r} ({where}: {table.partitions} asked)",
+        )
+        return _fail_as(failure, got.outcome())
+    node = api.view.url
+    outcome = Outcome.FORWARDED if hit.node != node else got.outcome()
+    answer = {
+        "table": table.name,
+        "key": codecs(table)[0].render(wire),
+        "value": hit.value,
+        "partition": hit.partition,
+        "offset": hit.offset,
+        "node": hit.node,
+        "standby": hit.standby,
+    }
+    return Response(200, orjson.dumps(answer)), outcome
+
+
+def _fail_as(failure: Failure, outcome: Outcome) -> Answer:
+    return failure_response(failure), outcome
 
 
 # -- range -------------------------------------------------------------------------------------
@@ -265,7 +229,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
     fetch = limit + 1  # one more than the page: tells whether there is a next page
     collected: list[tuple[bytes, dict[str, object]]] = []
     outcomes: set[Outcome] = set()
-    sources = _Sources()
+    sources = Sources()
     pending = [(table.topic, p) for p in parts]
     last_why = ""
     failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
@@ -320,6 +284,14 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
         items = [item for _, item in page]
     body = orjson.dumps({"items": items, "next_cursor": next_cursor, **sources.fields()})
     return Response(200, body), _best(outcomes)
+
+
+def _best(outcomes: set[Outcome]) -> Outcome:
+    """The metrics outcome of an answer assembled from several replicas."""
+    for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
+        if outcome in outcomes:
+            return outcome
+    return Outcome.LOCAL
 
 
 def _range_bounds(

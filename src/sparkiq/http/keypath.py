@@ -9,7 +9,12 @@ headers, and it answers the common cases itself:
   or 404 for an absent key) with `read_key`, as the generic path does;
 - otherwise (another node is the active, or nobody can answer yet): the loop every
   single-partition read goes through (`HttpApi.answer_from_replica`), which forwards the raw
-  path and passes the owner's status and body bytes back as they are, or waits.
+  path and passes the owner's status and body bytes back as they are, or waits;
+- a key absent from its partition, on a table whose changelog holds misplaced records and
+  asked by a client (not by another node): looked for in every other partition
+  (`fanout.find_key`) before the 404.
+
+Tables of partitioner `any` (no partition follows from a key) are declined.
 
 Anything else -- a path of another shape, an unknown table, a key that does not parse or is
 over the limit, a malformed sparkiq header -- returns None before anything is read, and the
@@ -29,12 +34,13 @@ from typing import TYPE_CHECKING
 import orjson
 
 from sparkiq.auth import EVERYONE, Identity
+from sparkiq.http import fanout
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import Call, LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
-from sparkiq.http.responses import Answer, Outcome, Response, failure_response
+from sparkiq.http.responses import Answer, Outcome, Response, failure_response, is_absent
 from sparkiq.http.view import ReadableStore
-from sparkiq.partitioner import partition_for
+from sparkiq.partitioner import PlaceFn, placer
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import KeyCodec, ValueCodec
 from sparkiq.tables import Format, TableDef
@@ -53,6 +59,8 @@ _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. per
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
 _STRING = Format.STRING
+# A `Pending`'s `found` when the key's partition was read here and had no such key.
+_ABSENT_HERE = Failure(FailureReason.NOT_FOUND, "absent from its own partition")
 
 
 def read_key(
@@ -133,6 +141,8 @@ class Pending:
     # the common case, never reads here: a tuple is cheaper to make than a partial).
     key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str]
     found: str | Failure  # what `Locator.resolve` said: the owner's URL, or why none
+    # The key's partition answered "absent" here already: look in every other one.
+    absent_here: bool = False
 
     def read(self, replica: LocalReplica) -> Answer:
         """The answer from a replica of the key's partition here."""
@@ -147,6 +157,7 @@ class _Table:
     table: TableDef
     codecs: tuple[KeyCodec, ValueCodec]
     tps: tuple[TopicPartition, ...]  # by partition number
+    place: PlaceFn  # the table's partitioner
     # String keys: the UTF-8 of the path text is both the wire form and the store key, so
     # an ASCII segment without '%' is used as it arrives.
     text_is_wire: bool
@@ -248,7 +259,7 @@ class KeyPath:
                     return None
                 wire, key_text = parsed, text
                 store_key = entry.codecs[0].wire_to_store(wire)
-            partition = partition_for(wire, table.partitions)
+            partition = entry.place(wire, table.partitions)
             tp = entry.tps[partition]
             # The common case first: this node's active replica, without a `Placement`.
             local = view.local_active(tp)
@@ -286,6 +297,24 @@ class KeyPath:
                 partition,
                 self._node_json,
             )
+            if (
+                isinstance(response, Response)
+                and response.status == 404
+                and hops is None
+                and view.misplaced_records(table.name)
+            ):
+                call = new_call(self._settings, hops, budget, path.decode("latin-1"))
+                if isinstance(call, Failure):
+                    return None
+                return Pending(
+                    path,
+                    started,
+                    tp,
+                    call,
+                    (table, entry.codecs, key_text, wire, store_key, partition, view.url),
+                    _ABSENT_HERE,
+                    absent_here=True,
+                )
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
         elapsed = time.perf_counter() - started
@@ -302,14 +331,27 @@ class KeyPath:
         single-partition read goes through (`HttpApi.answer_from_replica`), which forwards
         the raw path and passes the owner's status and body bytes back as they are, or
         waits. `asked`: what the owner answered `forward_now` already."""
+        api = self._api
         try:
-            response, outcome = await self._api.answer_from_replica(
-                pending.tp, pending.call, pending.read, pending.found, asked
-            )
+            if pending.absent_here:
+                response, outcome = await self._elsewhere(pending)
+            else:
+                response, outcome = await api.answer_from_replica(
+                    pending.tp, pending.call, pending.read, pending.found, asked
+                )
+                if is_absent(response) and fanout.looks_everywhere(
+                    api, pending.key[0], pending.call
+                ):
+                    response, outcome = await self._elsewhere(pending)
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", pending.path.decode("latin-1"), exc)
         self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
         return response
+
+    async def _elsewhere(self, pending: Pending) -> Answer:
+        """The key of `pending`, absent from its own partition, from any other one."""
+        table, _, key_text, wire, _, partition, _ = pending.key
+        return await fanout.find_key(self._api, table, key_text, wire, partition, pending.call)
 
     def forward_now(
         self,
@@ -346,7 +388,11 @@ class KeyPath:
         answer: Response | Unreachable | None,
     ) -> None:
         """What the owner said to `forward_now`: its answer to `reply`, or on to `finish`."""
-        if isinstance(answer, Response) and answer.status not in (503, 508):
+        if (
+            isinstance(answer, Response)
+            and answer.status not in (503, 508)
+            and not (answer.status == 404 and self._view.misplaced_records(pending.key[0].name))
+        ):
             elapsed = time.perf_counter() - pending.started
             if answer.status == 200:
                 self._found[_FORWARDED](elapsed)
@@ -363,10 +409,14 @@ class KeyPath:
         table = self._view.table(name)
         if table is None:
             return None
+        place = placer(table.partitioner)
+        if place is None:
+            return None
         entry = _Table(
             table,
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),
+            place,
             text_is_wire=table.key_format is Format.STRING,
             name_json=orjson.dumps(table.name),
         )

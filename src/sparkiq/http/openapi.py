@@ -21,6 +21,7 @@ import orjson
 from sparkiq import __version__
 from sparkiq.http.responses import Response
 from sparkiq.http.settings import HttpSettings
+from sparkiq.partitioner import Partitioner
 from sparkiq.tables import Format, TableKind
 
 OPENAPI_PATH = "/v1/openapi.json"
@@ -579,6 +580,18 @@ def _schemas(s: HttpSettings) -> JsonObject:
                 "value_format": {"enum": [f.value for f in Format]},
                 "window_size_ms": {"type": "integer", "minimum": 1},
                 "description": {"type": "string"},
+                "partitioner": {
+                    "enum": [p.value for p in Partitioner],
+                    "description": "How the producers placed keys in partitions; `any`: "
+                    "unknown, so a lookup asks every partition.",
+                },
+                "misplaced_records": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Records the cluster found in another partition than the "
+                    "partitioner gives their keys; while any are known, a key missing from "
+                    "its partition is looked for in every other one before a 404.",
+                },
             },
         },
         "TableList": {
@@ -694,14 +707,13 @@ def _schemas(s: HttpSettings) -> JsonObject:
         },
         "Metadata": {
             "type": "object",
-            "required": ["node", "generation", "partitioner", "tables", "partitions", "nodes"],
+            "required": ["node", "generation", "tables", "partitions", "nodes"],
             "properties": {
                 "node": {"type": "string", "description": "URL of the node that answered."},
                 "generation": {
                     "type": ["integer", "null"],
                     "description": "The consumer group generation the map is from.",
                 },
-                "partitioner": {"const": "murmur2"},
                 "ready": {"type": "boolean"},
                 "restored_records": {"type": "integer", "minimum": 0},
                 "tables": {"type": "array", "items": _ref("TableSummary")},
@@ -722,6 +734,7 @@ def _schemas(s: HttpSettings) -> JsonObject:
                                 "description": "Node URL -> offsets behind the changelog end.",
                                 "additionalProperties": {"type": "integer"},
                             },
+                            "misplaced": {"type": "integer", "minimum": 0},
                         },
                     },
                 },
@@ -756,6 +769,7 @@ def _schemas(s: HttpSettings) -> JsonObject:
                             "position": {"type": "integer"},
                             "end": {"type": "integer"},
                             "lag": {"type": "integer"},
+                            "misplaced": {"type": "integer", "minimum": 0},
                         },
                     },
                 },

@@ -91,6 +91,12 @@ def failed(failure: Failure) -> Answer:
     return failure_response(failure), Outcome.ERROR
 
 
+def is_absent(response: Response) -> bool:
+    """Whether `response` says a key is not in its partition: a 404 `not_found`, made here
+    or passed on from the owner (not an unknown table's 404)."""
+    return response.status == 404 and b'"not_found"' in response.body
+
+
 def failure_response(failure: Failure) -> Response:
     status = STATUS_FOR[failure.reason]
     headers = JSON_HEADERS

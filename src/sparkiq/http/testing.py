@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterable, Sequence
 
 from sparkiq.http.view import Placement, ReadableStore
-from sparkiq.partitioner import partition_for
 from sparkiq.queries import ReplicaRole
 from sparkiq.serde import key_codec, value_codec, window_store_key
 from sparkiq.tables import TableDef
@@ -78,6 +77,7 @@ class StaticView:
         self._changed = asyncio.Event()
         self.ready = True
         self.loaded = True  # catalog_loaded()
+        self.misplaced: dict[str, int] = {}  # misplaced_records() by table name
 
     @property
     def url(self) -> str:
@@ -167,6 +167,12 @@ class StaticView:
             },
         }
 
+    def table_summary(self, table: TableDef) -> dict[str, object]:
+        return {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
+
+    def misplaced_records(self, table: str) -> int:
+        return self.misplaced.get(table, 0)
+
     def is_ready(self) -> bool:
         return self.ready
 
@@ -185,11 +191,16 @@ def put_value(
     value: object,
     *,
     window_start: int | None = None,
+    partition: int | None = None,
 ) -> int:
-    """Write `key` (its JSON form) -> `value` where the partitioner puts it; the partition."""
+    """Write `key` (its JSON form) -> `value` where the table's partitioner puts it, or in
+    `partition` (a misplaced record, or a table of partitioner `any`); the partition."""
     codec = key_codec(table)
     wire = codec.parse_json(key)
-    partition = partition_for(wire, table.partitions)
+    if partition is None:
+        partition = table.partition_of(wire)
+        if partition is None:
+            raise ValueError(f"table {table.name!r} has no fixed placement: pass partition=")
     tp = (table.topic, partition)
     store_key = codec.wire_to_store(wire)
     if window_start is not None:

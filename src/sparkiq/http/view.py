@@ -89,6 +89,16 @@ class NodeView(Protocol):
 
     def metadata(self) -> dict[str, object]: ...
 
+    def table_summary(self, table: TableDef) -> dict[str, object]:
+        """`GET /v1/tables`' entry of `table`: its definition's summary, and
+        `misplaced_records` (see `misplaced_records`)."""
+        ...
+
+    def misplaced_records(self, table: str) -> int:
+        """Records of `table` the cluster found outside the partition its partitioner gives
+        their keys; while any are known, a lookup that misses asks every partition."""
+        ...
+
     def is_ready(self) -> bool: ...
 
     def catalog_loaded(self) -> bool:

@@ -1,9 +1,15 @@
 """Turns one consumed batch of changelog records into one store write batch per partition.
 
 This is the restore ceiling (../shared/BASELINES.md), so the loop does per record only what
-it must: read topic, partition, key and value, and put them straight into the partition's
-write batch. Messages come in runs per partition, so the partition's batch is looked up only
-when the run changes, and an offset is read only at a run's last record.
+it must: read topic, partition, key and value, check that the table's partitioner puts the
+key in this partition, and put them straight into the partition's write batch. Messages come
+in runs per partition, so the partition's batch is looked up only when the run changes, and
+an offset is read only at a run's last record.
+
+A record in the wrong partition (its producer used another partitioner than the table's) is
+stored all the same, where it is, and counted in its run (`Run.misplaced`, with the first
+such key): lookups of tables with misplaced records ask every partition before answering
+"absent", so the record stays findable.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from confluent_kafka import Message
 from rocksdict import WriteBatch
 
 from sparkiq.errors import SparkiqError
+from sparkiq.partitioner import PlaceFn
 from sparkiq.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
@@ -57,7 +64,7 @@ def _ignore_delete(key: bytes) -> None:
 class Run:
     """The records of one partition within one consumed batch, already in a write batch."""
 
-    __slots__ = ("batch", "key_fn", "last", "replica")
+    __slots__ = ("batch", "example", "key_fn", "last", "misplaced", "place", "replica")
 
     def __init__(self, replica: Replica | None) -> None:
         self.replica = replica
@@ -67,7 +74,16 @@ class Run:
             replica.store.new_batch() if replica is not None else WriteBatch(raw_mode=True)
         )
         self.key_fn = replica.key_fn if replica is not None else None
+        self.place = replica.place if replica is not None else None
         self.last: int | None = None  # offset of the run's last record (None: no record)
+        self.misplaced = 0  # records whose key the table's partitioner puts elsewhere
+        self.example: bytes | None = None  # the wire key of the first of them
+
+
+def _misplaced(run: Run, key: bytes) -> None:
+    run.misplaced += 1
+    if run.example is None:
+        run.example = key
 
 
 def split_batch(
@@ -84,6 +100,9 @@ def split_batch(
     put: Callable[[bytes, bytes], None] = _ignore_put
     delete: Callable[[bytes], None] = _ignore_delete
     fn: StoreKeyFn | None = None
+    place: PlaceFn | None = None
+    count = 1
+    windowed = False
     topic: str | None = None
     partition = -1
     prev: Any = None
@@ -100,7 +119,10 @@ def split_batch(
             run = runs.get((t, p))
             if run is None:
                 run = runs[(t, p)] = Run(replicas.get((t, p)))
-            put, delete, fn = run.batch.put, run.batch.delete, run.key_fn
+            put, delete, fn, place = run.batch.put, run.batch.delete, run.key_fn, run.place
+            if run.replica is not None:
+                count = run.replica.table.partitions
+                windowed = run.replica.table.is_windowed
         key = msg.key()
         if key is None:
             # Rare: an error event (end of partition) or a record without a key.
@@ -114,6 +136,9 @@ def split_batch(
             skip((t, p), msg.offset(), "has no key")
             prev = msg
             continue
+        # A windowed key ends with its 8-byte window start; its key alone decides.
+        if place is not None and place(key[:-8] if windowed else key, count) != p:
+            _misplaced(runs[(t, p)], key)
         if fn is not None:
             try:
                 key = fn(key)

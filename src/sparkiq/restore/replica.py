@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sparkiq.partitioner import PlaceFn, placer
 from sparkiq.restore.batches import StoreKeyFn, store_key_fn
 from sparkiq.store import PartitionStore
 from sparkiq.tables import TableDef
@@ -29,6 +30,7 @@ class PartitionStatus:
     position: int  # next offset to apply
     end: int  # true end offset last seen
     lag: int  # end - position, >= 0
+    misplaced: int = 0  # records stored here that the table's partitioner puts elsewhere
 
 
 class Replica:
@@ -43,6 +45,8 @@ class Replica:
         "is_active",
         "key_fn",
         "measuring",
+        "misplaced_logged",
+        "place",
         "position",
         "role_epoch",
         "skipped",
@@ -58,6 +62,9 @@ class Replica:
         self.table = table
         self.store = store
         self.key_fn: StoreKeyFn | None = store_key_fn(table)
+        # Checks each record's partition (None: the table's placement is unknown, `any`).
+        self.place: PlaceFn | None = placer(table.partitioner)
+        self.misplaced_logged = False
         self.position = store.next_offset or 0
         self.end = self.position
         self.target: int | None = None  # true end measured when the active role arrived
@@ -122,4 +129,5 @@ class Replica:
             position=self.position,
             end=self.end,
             lag=max(self.end - self.position, 0),
+            misplaced=self.store.misplaced_records,
         )

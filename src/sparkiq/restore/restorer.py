@@ -53,6 +53,21 @@ _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
 
 
+def _log_misplaced(replica: Replica, example: bytes | None) -> None:
+    table = replica.table
+    log.warning(
+        "table %r: changelog %s[%d] holds records whose keys the table's partitioner "
+        "(%s) puts in other partitions, e.g. key %r; they are kept and found by asking every "
+        "partition when a key is missing from its own (slower). Register the table with the "
+        "producer's partitioner (sparkiq table create --partitioner auto) to avoid that",
+        table.name,
+        replica.tp[0],
+        replica.tp[1],
+        table.partitioner.value,
+        example,
+    )
+
+
 class Restorer:
     """Follows the assigned changelog partitions into their stores; reports state and lag."""
 
@@ -333,9 +348,14 @@ class Restorer:
                 try:
                     if run is not None and last is not None:
                         count = len(run.batch)
-                        replica.store.write(run.batch, last + 1, wal=replica.wal)
+                        replica.store.write(
+                            run.batch, last + 1, wal=replica.wal, misplaced=run.misplaced
+                        )
                         self.records_applied += count
                         replica.advance(last + 1)
+                        if run.misplaced and not replica.misplaced_logged:
+                            replica.misplaced_logged = True
+                            _log_misplaced(replica, run.example)
                     if eof is not None and eof > replica.position:
                         # Offsets past the last record (compaction, transaction markers): the
                         # checkpoint moves with them, so the gap is not fetched again.
