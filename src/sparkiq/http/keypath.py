@@ -269,17 +269,8 @@ class KeyPath:
             else:
                 found = self._resolve(tp, None)
                 if not isinstance(found, LocalReplica):  # forward, or wait
-                    call = new_call(self._settings, hops, budget, path.decode("latin-1"))
-                    if isinstance(call, Failure):  # cannot be (digits above), but declining is safe
-                        return None
-                    return Pending(
-                        path,
-                        started,
-                        tp,
-                        call,
-                        (table, entry.codecs, key_text, wire, store_key, partition, view.url),
-                        found,
-                    )
+                    key = (table, entry.codecs, key_text, wire, store_key, partition, view.url)
+                    return self._pending(path, hops, budget, started, tp, key, found)
                 store, offset, standby = found.store, found.offset, found.is_standby
             node = view.url
             if node is not self._node:
@@ -303,18 +294,8 @@ class KeyPath:
                 and hops is None
                 and view.misplaced_records(table.name)
             ):
-                call = new_call(self._settings, hops, budget, path.decode("latin-1"))
-                if isinstance(call, Failure):
-                    return None
-                return Pending(
-                    path,
-                    started,
-                    tp,
-                    call,
-                    (table, entry.codecs, key_text, wire, store_key, partition, view.url),
-                    _ABSENT_HERE,
-                    absent_here=True,
-                )
+                key = (table, entry.codecs, key_text, wire, store_key, partition, view.url)
+                return self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
         elapsed = time.perf_counter() - started
@@ -323,6 +304,22 @@ class KeyPath:
         else:
             self._observe("key", outcome, response.status, elapsed)
         return response
+
+    def _pending(
+        self,
+        path: bytes,
+        hops: str | bytes | None,
+        budget: str | bytes | None,
+        started: float,
+        tp: TopicPartition,
+        key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str],
+        found: str | Failure,
+    ) -> Pending | None:
+        """A request to `finish`: forward, wait, or (`_ABSENT_HERE`) look in other partitions."""
+        call = new_call(self._settings, hops, budget, path.decode("latin-1"))
+        if isinstance(call, Failure):  # cannot be (digits checked), but declining is safe
+            return None
+        return Pending(path, started, tp, call, key, found, absent_here=found is _ABSENT_HERE)
 
     async def finish(
         self, pending: Pending, asked: Response | Unreachable | None = None
