@@ -46,8 +46,10 @@ __all__ = [
     "fnv1a",
     "fnv1a_partition",
     "fnv1a_py",
+    "fnv1a_unsigned",
     "murmur2",
     "murmur2_py",
+    "murmur2_unsigned",
     "partition_for",
     "placer",
     "to_positive",
@@ -135,6 +137,10 @@ except ImportError:  # pragma: no cover - depends on the installed wheels
 else:
     IMPLEMENTATION = "murmurhash2"
 
+# (data: bytes, seed) -> unsigned MurmurHash2: the C function itself, for callers that
+# hash many keys through `map` (a Python wrapper would cost a frame per key).
+murmur2_unsigned = _murmur2_unsigned
+
 
 def murmur2(data: bytes) -> int:
     """Kafka's ``Utils.murmur2(byte[])``: the signed 32-bit result Java returns."""
@@ -198,6 +204,9 @@ try:
     from fnv_hash_fast import fnv1a_32 as _fnv1a_32
 except ImportError:  # pragma: no cover - depends on the installed wheels
     _fnv1a_32 = _fnv1a_32_py
+
+# (data: bytes) -> unsigned 32-bit FNV-1a, before librdkafka's absolute value; as above.
+fnv1a_unsigned = _fnv1a_32
 
 
 def fnv1a(data: bytes) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sparkiq.partitioner import PlaceFn, placer
 from sparkiq.restore.batches import StoreKeyFn, store_key_fn
 from sparkiq.store import PartitionStore
 from sparkiq.tables import TableDef
@@ -46,7 +45,6 @@ class Replica:
         "key_fn",
         "measuring",
         "misplaced_logged",
-        "place",
         "position",
         "role_epoch",
         "skipped",
@@ -62,8 +60,6 @@ class Replica:
         self.table = table
         self.store = store
         self.key_fn: StoreKeyFn | None = store_key_fn(table)
-        # Checks each record's partition (None: the table's placement is unknown, `any`).
-        self.place: PlaceFn | None = placer(table.partitioner)
         self.misplaced_logged = False
         self.position = store.next_offset or 0
         self.end = self.position
