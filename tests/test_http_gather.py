@@ -188,3 +188,38 @@ def test_wire_keys_travel_byte_for_byte() -> None:
     assert decode_wire_keys(encode_wire_keys(wires)) == wires
     assert isinstance(decode_wire_keys(b'{"wire_keys": [1]}'), Failure)
     assert isinstance(decode_wire_keys(b"[]"), Failure)
+
+
+async def one_node(stack: AsyncExitStack) -> StaticView:
+    """A node that is the active of every partition of both tables."""
+    view = StaticView(f"http://127.0.0.1:{free_port()}", [USERS, ANYWHERE])
+    for table in (USERS, ANYWHERE):
+        view.place_all(table, dict.fromkeys(range(table.partitions), view.url))
+    port = int(view.url.rsplit(":", 1)[1])
+    await stack.enter_async_context(HttpServer(view, "127.0.0.1", port, FAST))
+    return view
+
+
+async def test_a_node_holding_every_partition_reads_them_all_itself(
+    stack: AsyncExitStack,
+) -> None:
+    view = await one_node(stack)
+    for i in range(12):
+        put_value(view, ANYWHERE, f"k{i}", i, partition=i % 6)
+        put_value(view, USERS, f"s{i}", i, partition=elsewhere(f"s{i}"))
+    put_value(view, ANYWHERE, "twice", "in-4", partition=4)
+    put_value(view, ANYWHERE, "twice", "in-2", partition=2)
+    view.misplaced["users"] = 12
+    async with httpx.AsyncClient(base_url=view.url) as client:
+        for i in range(12):
+            r = await client.get(f"/v1/tables/anywhere/keys/k{i}")
+            assert (r.status_code, r.json()["partition"], r.json()["value"]) == (200, i % 6, i)
+            r = await client.get(f"/v1/tables/users/keys/s{i}")
+            assert (r.json()["partition"], r.json()["value"]) == (elsewhere(f"s{i}"), i)
+        r = await client.get("/v1/tables/anywhere/keys/twice")
+        assert (r.json()["partition"], r.json()["value"]) == (2, "in-2")
+        for table, where in (("anywhere", "any partition"), ("users", "or any other")):
+            r = await client.get(f"/v1/tables/{table}/keys/ghost")
+            assert r.status_code == 404
+            assert where in r.json()["error"]["message"]
+            assert "6 asked" in r.json()["error"]["message"]

@@ -172,12 +172,7 @@ async def find_key(
         return got
     hit = got.best(0)
     if hit is None:
-        where = "in any partition" if home is None else f"in partition {home} or any other"
-        failure = Failure(
-            FailureReason.NOT_FOUND,
-            f"key {key_text!r} is not in table {table.name!r} ({where}: {table.partitions} asked)",
-        )
-        return _fail_as(failure, got.outcome())
+        return _fail_as(absent_everywhere(table, key_text, home), got.outcome())
     node = api.view.url
     outcome = Outcome.FORWARDED if hit.node != node else got.outcome()
     answer = {
@@ -190,6 +185,15 @@ async def find_key(
         "standby": hit.standby,
     }
     return Response(200, orjson.dumps(answer)), outcome
+
+
+def absent_everywhere(table: TableDef, key_text: str, home: int | None) -> Failure:
+    """The 404 of a key that no partition of `table` holds (`home`: its own partition)."""
+    where = "in any partition" if home is None else f"in partition {home} or any other"
+    return Failure(
+        FailureReason.NOT_FOUND,
+        f"key {key_text!r} is not in table {table.name!r} ({where}: {table.partitions} asked)",
+    )
 
 
 def _fail_as(failure: Failure, outcome: Outcome) -> Answer:

@@ -11,10 +11,11 @@ headers, and it answers the common cases itself:
   single-partition read goes through (`HttpApi.answer_from_replica`), which forwards the raw
   path and passes the owner's status and body bytes back as they are, or waits;
 - a key absent from its partition, on a table whose changelog holds misplaced records and
-  asked by a client (not by another node): looked for in every other partition
-  (`fanout.find_key`) before the 404.
+  asked by a client (not by another node): looked for in every other partition before the
+  404, here when this node is the active of all of them, else through `fanout.find_key`.
 
-Tables of partitioner `any` (no partition follows from a key) are declined.
+A table of partitioner `any` (no partition follows from a key) is read the same way from
+every partition; one asked by another node is declined to the generic path.
 
 Anything else -- a path of another shape, an unknown table, a key that does not parse or is
 over the limit, a malformed sparkiq header -- returns None before anything is read, and the
@@ -59,6 +60,8 @@ _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. per
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
 _STRING = Format.STRING
+# A `Pending`'s key partition on a table of unknown placement (the key has none).
+_NO_HOME = -1
 # A `Pending`'s `found` when the key's partition was read here and had no such key.
 _ABSENT_HERE = Failure(FailureReason.NOT_FOUND, "absent from its own partition")
 
@@ -157,7 +160,7 @@ class _Table:
     table: TableDef
     codecs: tuple[KeyCodec, ValueCodec]
     tps: tuple[TopicPartition, ...]  # by partition number
-    place: PlaceFn  # the table's partitioner
+    place: PlaceFn | None  # the table's partitioner; None: placement unknown (`any`)
     # String keys: the UTF-8 of the path text is both the wire form and the store key, so
     # an ASCII segment without '%' is used as it arrives.
     text_is_wire: bool
@@ -259,7 +262,22 @@ class KeyPath:
                     return None
                 wire, key_text = parsed, text
                 store_key = entry.codecs[0].wire_to_store(wire)
-            partition = entry.place(wire, table.partitions)
+            node = view.url
+            if node is not self._node:
+                self._node, self._node_json = node, orjson.dumps(node)
+            place = entry.place
+            if place is None:  # placement unknown: every partition is asked
+                if hops is not None:
+                    return None
+                everywhere = self._everywhere(entry, key_text, wire, store_key, None)
+                if everywhere is None:  # not all partitions here: ask the others
+                    key = (table, entry.codecs, key_text, wire, store_key, _NO_HOME, node)
+                    return self._pending(
+                        path, hops, budget, started, entry.tps[0], key, _ABSENT_HERE
+                    )
+                response, outcome = everywhere
+                return self._observed(response, outcome, started)
+            partition = place(wire, table.partitions)
             tp = entry.tps[partition]
             # The common case first: this node's active replica, without a `Placement`.
             local = view.local_active(tp)
@@ -269,12 +287,9 @@ class KeyPath:
             else:
                 found = self._resolve(tp, None)
                 if not isinstance(found, LocalReplica):  # forward, or wait
-                    key = (table, entry.codecs, key_text, wire, store_key, partition, view.url)
+                    key = (table, entry.codecs, key_text, wire, store_key, partition, node)
                     return self._pending(path, hops, budget, started, tp, key, found)
                 store, offset, standby = found.store, found.offset, found.is_standby
-            node = view.url
-            if node is not self._node:
-                self._node, self._node_json = node, orjson.dumps(node)
             response, outcome = _read(
                 store,
                 offset,
@@ -294,16 +309,57 @@ class KeyPath:
                 and hops is None
                 and view.misplaced_records(table.name)
             ):
-                key = (table, entry.codecs, key_text, wire, store_key, partition, view.url)
-                return self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
+                everywhere = self._everywhere(entry, key_text, wire, store_key, partition)
+                if everywhere is None:  # not all partitions here: ask the others
+                    key = (table, entry.codecs, key_text, wire, store_key, partition, node)
+                    return self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
+                response, outcome = everywhere
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
+        return self._observed(response, outcome, started)
+
+    def _observed(
+        self, response: bytes | Response, outcome: Outcome, started: float
+    ) -> bytes | Response:
+        """`response`, counted in the metrics."""
         elapsed = time.perf_counter() - started
         if isinstance(response, bytes):
             self._found[outcome](elapsed)
         else:
             self._observe("key", outcome, response.status, elapsed)
         return response
+
+    def _everywhere(
+        self, entry: _Table, key_text: str, wire: bytes, store_key: bytes, home: int | None
+    ) -> tuple[bytes | Response, Outcome] | None:
+        """A key looked for in every partition but `home` when this node holds all of them
+        as active replicas (read in partition order: the lowest that has it answers); None
+        when it does not, and the others must be asked (`fanout.find_key`)."""
+        view = self._view
+        stores = []
+        for p, tp in enumerate(entry.tps):
+            if p != home:
+                local = view.local_active(tp)
+                if local is None:
+                    return None
+                stores.append((p, local))
+        table = entry.table
+        for p, (store, offset) in stores:
+            if store.get(store_key) is not None:
+                return _read(
+                    store,
+                    offset,
+                    False,
+                    table.name,
+                    entry.name_json,
+                    entry.codecs,
+                    key_text,
+                    wire,
+                    store_key,
+                    p,
+                    self._node_json,
+                )
+        return failure_response(fanout.absent_everywhere(table, key_text, home)), _LOCAL
 
     def _pending(
         self,
@@ -348,7 +404,8 @@ class KeyPath:
     async def _elsewhere(self, pending: Pending) -> Answer:
         """The key of `pending`, absent from its own partition, from any other one."""
         table, _, key_text, wire, _, partition, _ = pending.key
-        return await fanout.find_key(self._api, table, key_text, wire, partition, pending.call)
+        home = None if partition == _NO_HOME else partition
+        return await fanout.find_key(self._api, table, key_text, wire, home, pending.call)
 
     def forward_now(
         self,
@@ -406,14 +463,11 @@ class KeyPath:
         table = self._view.table(name)
         if table is None:
             return None
-        place = placer(table.partitioner)
-        if place is None:
-            return None
         entry = _Table(
             table,
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),
-            place,
+            placer(table.partitioner),
             text_is_wire=table.key_format is Format.STRING,
             name_json=orjson.dumps(table.name),
         )
