@@ -213,23 +213,23 @@ async def gather(
                 last_why = found.message
         if remote:
             asks = list(remote)
-            answers = await asyncio.gather(
-                *(
-                    _ask(
-                        api,
-                        table,
-                        url,
-                        remote[(url, as_stand_in)],
-                        pending,
-                        wires,
-                        public_keys,
-                        call,
-                        bound if as_stand_in else None,
-                        probing=probing,
-                    )
-                    for url, as_stand_in in asks
+            asking = [
+                _ask(
+                    api,
+                    table,
+                    url,
+                    remote[(url, as_stand_in)],
+                    pending,
+                    wires,
+                    public_keys,
+                    call,
+                    bound if as_stand_in else None,
+                    probing=probing,
                 )
-            )
+                for url, as_stand_in in asks
+            ]
+            # One node to ask (the common case with two nodes): no task to make for it.
+            answers = [await asking[0]] if len(asking) == 1 else await asyncio.gather(*asking)
             for (url, as_stand_in), answer in zip(asks, answers, strict=True):
                 tps = remote[(url, as_stand_in)]
                 if answer is None or (isinstance(answer, Response) and answer.status == 503):
