@@ -223,3 +223,31 @@ async def test_a_node_holding_every_partition_reads_them_all_itself(
             assert r.status_code == 404
             assert where in r.json()["error"]["message"]
             assert "6 asked" in r.json()["error"]["message"]
+
+
+async def test_the_node_holding_the_other_partitions_is_probed_by_key(
+    stack: AsyncExitStack,
+) -> None:
+    a, b, servers = await two_nodes(stack)  # the loop server: probes go out by callback
+    for i in range(12):
+        put(a, b, ANYWHERE, f"k{i}", i % 6)
+    async with httpx.AsyncClient(base_url=a.url) as client:
+        for i in range(12):
+            r = await client.get(f"/v1/tables/anywhere/keys/k{i}")
+            assert (r.status_code, r.json()["partition"]) == (200, i % 6)
+        r = await client.get("/v1/tables/anywhere/keys/ghost")
+        assert r.status_code == 404
+        assert "in any partition: 6 asked" in r.json()["error"]["message"]
+    # a holds partitions 0, 2, 4 and b 1, 3, 5. Keys in 0 are answered by a alone; every
+    # other one costs one GET probe of b: keys in 2 and 4 too, since b's lower partitions
+    # (1; 1 and 3) come first. 10 keys and the absent one: 11 probes, none a multi-get.
+    assert servers[1].api.metrics.count("key") == 11
+    assert servers[1].api.metrics.count("multi_get") == 0
+
+
+async def test_a_probe_by_key_is_only_taken_from_another_node(stack: AsyncExitStack) -> None:
+    a, _, _ = await two_nodes(stack)
+    async with httpx.AsyncClient(base_url=a.url) as client:
+        r = await client.get("/v1/tables/anywhere/keys/k1?partitions=0,1")
+    assert r.status_code == 400
+    assert "internal" in r.json()["error"]["message"]

@@ -107,7 +107,7 @@ class HttpApi:
         self.gate = Gate(auth, self.settings, self.metrics)
         self.locator = Locator(view, self.settings, self.forwarder)
         lag = ("max_lag", FALLBACK_PARAM)
-        self._key_endpoint = _Endpoint("key", "GET", frozenset(lag), self._get_key)
+        self._key_endpoint = _Endpoint("key", "GET", frozenset((*lag, "partitions")), self._get_key)
         self._table_endpoints = {
             "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
             "multi-get": _Endpoint(
@@ -289,6 +289,8 @@ class HttpApi:
         wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failed(wire)
+        if "partitions" in params:  # another node's probe: these partitions only
+            return await fanout.probe_key(self, table, key_text, wire, params, call)
         partition = table.partition_of(wire)
         if partition is None:  # placement unknown: every partition is asked
             return await fanout.find_key(self, table, key_text, wire, None, call)

@@ -161,12 +161,39 @@ async def _probe(api: HttpApi, table: TableDef, params: Params, call: Call, body
     return Response(200, orjson.dumps({"items": items, **got.sources.fields()})), got.outcome()
 
 
+async def probe_key(
+    api: HttpApi, table: TableDef, key_text: str, wire: bytes, params: Params, call: Call
+) -> Answer:
+    """Another node's probe of one key (`GET .../keys/{key}?partitions=...`): the key from
+    the listed partitions only, or 404 if none holds it."""
+    if call.hops == 0:
+        return _fail(
+            Failure(
+                FailureReason.BAD_REQUEST,
+                "partitions is internal to sparkiq nodes; ask for the key without it",
+            )
+        )
+    parts = _partition_list(params["partitions"], table.partitions)
+    if isinstance(parts, Failure):
+        return _fail(parts)
+    return await find_key(api, table, key_text, wire, None, call, only=parts)
+
+
 async def find_key(
-    api: HttpApi, table: TableDef, key_text: str, wire: bytes, home: int | None, call: Call
+    api: HttpApi,
+    table: TableDef,
+    key_text: str,
+    wire: bytes,
+    home: int | None,
+    call: Call,
+    *,
+    only: Sequence[int] | None = None,
 ) -> Answer:
     """A key missing from its own partition `home` (None: placement unknown), looked for in
-    every other partition: the answer of `GET .../keys/{key}` from where it was found."""
-    plan = _elsewhere(table, [0], [home])
+    every other partition (or in `only`): the answer of `GET .../keys/{key}` from where it
+    was found."""
+    parts = [p for p in range(table.partitions) if p != home] if only is None else only
+    plan = {(table.topic, p): [0] for p in parts}
     got = await gather(api, table, [wire], plan, call, probing=True)
     if not isinstance(got, Gathered):
         return got

@@ -146,11 +146,23 @@ class Pending:
     found: str | Failure  # what `Locator.resolve` said: the owner's URL, or why none
     # The key's partition answered "absent" here already: look in every other one.
     absent_here: bool = False
+    # A probe's: the answer of this node's partition that holds the key, used when the
+    # probed (lower) partitions of the other node do not.
+    found_here: bytes | Response | None = None
 
     def read(self, replica: LocalReplica) -> Answer:
         """The answer from a replica of the key's partition here."""
         table, pair, key_text, wire, store_key, partition, node = self.key
         return read_key(table, pair, key_text, wire, store_key, partition, replica, node)
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """A key to ask one other node for, in its partitions that come before any here."""
+
+    owner: str  # the node that is the active of those partitions
+    query: str  # "?partitions=..." to add to the key's path
+    found_here: bytes | Response | None  # this node's answer if one of its partitions has it
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,11 +282,10 @@ class KeyPath:
                 if hops is not None:
                     return None
                 everywhere = self._everywhere(entry, key_text, wire, store_key, None)
-                if everywhere is None:  # not all partitions here: ask the others
+                if everywhere is None or isinstance(everywhere, _Probe):  # ask the others
                     key = (table, entry.codecs, key_text, wire, store_key, _NO_HOME, node)
-                    return self._pending(
-                        path, hops, budget, started, entry.tps[0], key, _ABSENT_HERE
-                    )
+                    first = entry.tps[0]  # none is the key's own: `finish` asks them all
+                    return self._probe(path, hops, budget, started, first, key, everywhere)
                 response, outcome = everywhere
                 return self._observed(response, outcome, started)
             partition = place(wire, table.partitions)
@@ -310,9 +321,9 @@ class KeyPath:
                 and view.misplaced_records(table.name)
             ):
                 everywhere = self._everywhere(entry, key_text, wire, store_key, partition)
-                if everywhere is None:  # not all partitions here: ask the others
+                if everywhere is None or isinstance(everywhere, _Probe):  # ask the others
                     key = (table, entry.codecs, key_text, wire, store_key, partition, node)
-                    return self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
+                    return self._probe(path, hops, budget, started, tp, key, everywhere)
                 response, outcome = everywhere
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
@@ -337,22 +348,35 @@ class KeyPath:
 
     def _everywhere(
         self, entry: _Table, key_text: str, wire: bytes, store_key: bytes, home: int | None
-    ) -> tuple[bytes | Response, Outcome] | None:
-        """A key looked for in every partition but `home` when this node holds all of them
-        as active replicas (read in partition order: the lowest that has it answers); None
-        when it does not, and the others must be asked (`fanout.find_key`)."""
+    ) -> tuple[bytes | Response, Outcome] | _Probe | None:
+        """A key looked for in every partition but `home`; the lowest that holds it answers.
+
+        Read here when this node is the active of all of them. When one other node is the
+        active of the rest, this node's are read first: a key found below all of that
+        node's partitions is answered; else a `_Probe` of the other node's partitions below
+        it comes back (`_probe`). None: the others must be asked through `fanout.find_key`.
+        """
         view = self._view
         stores = []
+        remote: list[int] = []
+        owner: str | None = None
         for p, tp in enumerate(entry.tps):
-            if p != home:
-                local = view.local_active(tp)
-                if local is None:
-                    return None
+            if p == home:
+                continue
+            local = view.local_active(tp)
+            if local is not None:
                 stores.append((p, local))
+                continue
+            active = view.placement(tp).active
+            if active is None or (owner is not None and active != owner):
+                return None
+            owner = active
+            remote.append(p)
         table = entry.table
+        found: tuple[bytes | Response, Outcome] | None = None
         for p, (store, offset) in stores:
             if store.get(store_key) is not None:
-                return _read(
+                found = _read(
                     store,
                     offset,
                     False,
@@ -365,6 +389,14 @@ class KeyPath:
                     p,
                     self._node_json,
                 )
+                remote = [r for r in remote if r < p]
+                break
+        if remote:
+            assert owner is not None
+            query = "?partitions=" + ",".join(map(str, remote))
+            return _Probe(owner, query, None if found is None else found[0])
+        if found is not None:
+            return found
         return failure_response(fanout.absent_everywhere(table, key_text, home)), _LOCAL
 
     def _pending(
@@ -383,6 +415,26 @@ class KeyPath:
             return None
         return Pending(path, started, tp, call, key, found, absent_here=found is _ABSENT_HERE)
 
+    def _probe(
+        self,
+        path: bytes,
+        hops: str | bytes | None,
+        budget: str | bytes | None,
+        started: float,
+        tp: TopicPartition,
+        key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str],
+        probe: _Probe | None,
+    ) -> Pending | None:
+        """A key to look for in other nodes' partitions: with `probe` (`_everywhere`), a GET
+        of the one node that holds them, for `forward_now` to send; without it, or when
+        that cannot be sent, `finish` asks every partition (`fanout.find_key`)."""
+        pending = self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
+        if pending is not None and probe is not None:
+            pending.found = probe.owner
+            pending.call.target += probe.query
+            pending.found_here = probe.found_here
+        return pending
+
     async def finish(
         self, pending: Pending, asked: Response | Unreachable | None = None
     ) -> Response:
@@ -393,7 +445,7 @@ class KeyPath:
         api = self._api
         try:
             if pending.absent_here:
-                response, outcome = await self._elsewhere(pending)
+                response, outcome = await self._elsewhere(pending, asked)
             else:
                 response, outcome = await api.answer_from_replica(
                     pending.tp, pending.call, pending.read, pending.found, asked
@@ -407,8 +459,24 @@ class KeyPath:
         self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
         return response
 
-    async def _elsewhere(self, pending: Pending) -> Answer:
-        """The key of `pending`, absent from its own partition, from any other one."""
+    async def _elsewhere(
+        self, pending: Pending, asked: Response | Unreachable | None = None
+    ) -> Answer:
+        """The key of `pending`, absent from its own partition, from any other one: by the
+        probe of the node that holds the rest if there is one (`asked`: its answer, if it
+        was sent already), else, or when that settles nothing, from every partition."""
+        owner = pending.found
+        if pending.absent_here and isinstance(owner, str):  # a probe (`_probe`)
+            answer: Response | Unreachable | Failure | None = asked
+            if answer is None:
+                timeout_s = self._settings.active_timeout_s
+                call = pending.call
+                answer = await self._api.locator.ask(
+                    owner, "GET", call.target, None, call, timeout_s
+                )
+            settled = self._settle(pending, answer)
+            if settled is not None:
+                return settled
         table, _, key_text, wire, _, partition, _ = pending.key
         home = None if partition == _NO_HOME else partition
         return await fanout.find_key(self._api, table, key_text, wire, home, pending.call)
@@ -448,6 +516,9 @@ class KeyPath:
         answer: Response | Unreachable | None,
     ) -> None:
         """What the owner said to `forward_now`: its answer to `reply`, or on to `finish`."""
+        if pending.absent_here:  # a probe of the node that holds the other partitions
+            self._probed(pending, reply, carry_on, answer)
+            return
         if (
             isinstance(answer, Response)
             and answer.status not in (503, 508)
@@ -461,6 +532,45 @@ class KeyPath:
             reply(answer)
         else:
             carry_on(self.finish(pending, answer))
+
+    def _probed(
+        self,
+        pending: Pending,
+        reply: Callable[[Response], None],
+        carry_on: Callable[[Coroutine[object, object, Response]], None],
+        answer: Response | Unreachable | None,
+    ) -> None:
+        """A probe's answer to `forward_now`: settled (`_settle`) to `reply`, or on to
+        `finish`, which asks every partition again."""
+        settled = self._settle(pending, answer)
+        if settled is None:
+            carry_on(self.finish(pending, answer))
+            return
+        response, outcome = settled
+        elapsed = time.perf_counter() - pending.started
+        if response.status == 200:
+            self._found[outcome](elapsed)
+        else:
+            self._observe("key", outcome, response.status, elapsed)
+        reply(response)
+
+    def _settle(
+        self, pending: Pending, answer: Response | Unreachable | Failure | None
+    ) -> Answer | None:
+        """What a probe's answer settles: the key found there (200), or absent there and
+        so found here (`found_here`) or nowhere (404); None for anything else."""
+        if not isinstance(answer, Response):
+            return None
+        if answer.status == 200:
+            return answer, _FORWARDED
+        if not is_absent(answer):
+            return None
+        here = pending.found_here
+        if isinstance(here, bytes):  # found here, in a partition after the probed ones
+            return Response(200, here), _LOCAL
+        table, _, key_text, _, _, partition, _ = pending.key
+        home = None if partition == _NO_HOME else partition
+        return failure_response(fanout.absent_everywhere(table, key_text, home)), _FORWARDED
 
     def _learn(self, segment: bytes) -> _Table | None:
         name = decode_segment(segment.decode("latin-1"))
