@@ -195,6 +195,7 @@ class KeyPath:
         self._max_key = api.settings.max_key_bytes
         self._forwarder = api.forwarder
         self._tables: dict[bytes, _Table] = {}
+        self._by_name: dict[str, _Table] = {}  # the same entries by table name
         self._node = ""  # the node's URL when `_node_json` was made
         self._node_json = b'""'
 
@@ -521,9 +522,14 @@ class KeyPath:
             return
         if (
             isinstance(answer, Response)
-            and answer.status not in (503, 508)
-            and not (answer.status == 404 and self._view.misplaced_records(pending.key[0].name))
+            and answer.status == 404
+            and pending.call.hops == 0
+            and self._view.misplaced_records(pending.key[0].name)
+            and is_absent(answer)
         ):
+            self._look_further(pending, reply, carry_on)
+            return
+        if isinstance(answer, Response) and answer.status not in (503, 508):
             elapsed = time.perf_counter() - pending.started
             if answer.status == 200:
                 self._found[_FORWARDED](elapsed)
@@ -532,6 +538,41 @@ class KeyPath:
             reply(answer)
         else:
             carry_on(self.finish(pending, answer))
+
+    def _look_further(
+        self,
+        pending: Pending,
+        reply: Callable[[Response], None],
+        carry_on: Callable[[Coroutine[object, object, Response]], None],
+    ) -> None:
+        """The key's owner answered "absent" for a table with misplaced records: the key is
+        looked for in the other partitions, as `answer_now` does for a local miss."""
+        table, _, key_text, wire, store_key, partition, _ = pending.key
+        entry = self._by_name.get(table.name)
+        found = None
+        if entry is not None and entry.table is table:
+            found = self._everywhere(entry, key_text, wire, store_key, partition)
+        pending.absent_here = True
+        if found is None or isinstance(found, _Probe):
+            if found is not None:
+                pending.found = found.owner
+                pending.call.target += found.query
+                pending.found_here = found.found_here
+                if self.forward_now(pending, reply, carry_on):
+                    return
+            else:
+                pending.found = _ABSENT_HERE
+            carry_on(self.finish(pending))
+            return
+        response, outcome = found
+        if isinstance(response, bytes):
+            response = Response(200, response)
+        elapsed = time.perf_counter() - pending.started
+        if response.status == 200:
+            self._found[outcome](elapsed)
+        else:
+            self._observe("key", outcome, response.status, elapsed)
+        reply(response)
 
     def _probed(
         self,
@@ -590,4 +631,5 @@ class KeyPath:
         if len(self._tables) >= _MAX_TABLES:
             self._tables.clear()
         self._tables[segment] = entry
+        self._by_name[table.name] = entry
         return entry
