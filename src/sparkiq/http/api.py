@@ -23,7 +23,8 @@ from sparkiq.errors import FormatError
 from sparkiq.http import failover, fanout
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
-from sparkiq.http.keypath import KeyPath, read_key
+from sparkiq.http.keypath import KeyPath
+from sparkiq.http.keyread import read_key
 from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
 from sparkiq.http.openapi import rendered

@@ -12,10 +12,11 @@ headers, and it answers the common cases itself:
   path and passes the owner's status and body bytes back as they are, or waits;
 - a key absent from its partition, on a table whose changelog holds misplaced records and
   asked by a client (not by another node): looked for in every other partition before the
-  404, here when this node is the active of all of them, else through `fanout.find_key`.
+  404 (`sparkiq.http.beyond`).
 
-A table of partitioner `any` (no partition follows from a key) is read the same way from
-every partition; one asked by another node is declined to the generic path.
+A key of a table of partitioner `any` (no partition follows from a key) is looked for in
+every partition the same way; one asked by another node is declined to the generic path.
+`sparkiq.http.keyread` holds the read itself and the values a pending read carries.
 
 Anything else -- a path of another shape, an unknown table, a key that does not parse or is
 over the limit, a malformed sparkiq header -- returns None before anything is read, and the
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -36,150 +36,38 @@ import orjson
 
 from sparkiq.auth import EVERYONE, Identity
 from sparkiq.http import fanout
+from sparkiq.http.beyond import Beyond
 from sparkiq.http.forward import Unreachable
-from sparkiq.http.locate import Call, LocalReplica, ask_budget, new_call
+from sparkiq.http.keyread import (
+    ABSENT_HERE,
+    NO_HOME,
+    KeyArgs,
+    Pending,
+    Probe,
+    TableEntry,
+    read_answer,
+)
+from sparkiq.http.locate import LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
-from sparkiq.http.responses import Answer, Outcome, Response, failure_response, is_absent
-from sparkiq.http.view import ReadableStore
-from sparkiq.partitioner import PlaceFn, placer
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.serde import KeyCodec, ValueCodec
-from sparkiq.tables import Format, TableDef
+from sparkiq.http.responses import Outcome, Response, is_absent
+from sparkiq.partitioner import placer
+from sparkiq.queries import Failure
+from sparkiq.tables import Format
 from sparkiq.topology import TopicPartition
 
 if TYPE_CHECKING:
     from sparkiq.http.api import HttpApi
 
 PREFIX = b"/v1/tables/"
-# The body of a found key, as a template: the bytes orjson would make of the same dict,
-# without building and dumping one.
-_ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":%b}'
 _KEYS = b"keys"
 _MAX_TABLES = 256  # raw table segments remembered (spellings of names, e.g. percent-encoded)
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY, _FORWARDED = Outcome.LOCAL, Outcome.STANDBY, Outcome.FORWARDED
 _STRING = Format.STRING
-# A `Pending`'s key partition on a table of unknown placement (the key has none).
-_NO_HOME = -1
-# A `Pending`'s `found` when the key's partition was read here and had no such key.
-_ABSENT_HERE = Failure(FailureReason.NOT_FOUND, "absent from its own partition")
 
 
-def read_key(
-    table: TableDef,
-    pair: tuple[KeyCodec, ValueCodec],
-    key_text: str,
-    wire: bytes,
-    store_key: bytes,
-    partition: int,
-    replica: LocalReplica,
-    node: str,
-) -> Answer:
-    """A single-key read from a local replica: 200 with the value, or 404 when absent."""
-    found, outcome = _read(
-        replica.store,
-        replica.offset,
-        replica.is_standby,
-        table.name,
-        orjson.dumps(table.name),
-        pair,
-        key_text,
-        wire,
-        store_key,
-        partition,
-        orjson.dumps(node),
-    )
-    return (Response(200, found) if isinstance(found, bytes) else found), outcome
-
-
-def _read(
-    store: ReadableStore,
-    offset: int | None,
-    standby: bool,
-    name: str,
-    name_json: bytes,
-    pair: tuple[KeyCodec, ValueCodec],
-    key_text: str,
-    wire: bytes,
-    store_key: bytes,
-    partition: int,
-    node_json: bytes,
-) -> tuple[bytes | Response, Outcome]:
-    """`read_key` with the table's and the node's JSON made already (the key path keeps them),
-    and a found key's answer as the body of its 200 alone: the loop server writes that
-    without making a `Response` of it (`answer_now`)."""
-    outcome = _STANDBY if standby else _LOCAL
-    value = store.get(store_key)
-    if value is None:
-        failure = Failure(
-            FailureReason.NOT_FOUND,
-            f"key {key_text!r} is not in table {name!r} (partition {partition}, offset {offset})",
-        )
-        return failure_response(failure), outcome
-    key_codec, value_codec = pair
-    body = _ANSWER % (
-        name_json,
-        # A string key renders as the text it was parsed from (`wire` is its UTF-8).
-        orjson.dumps(key_text if key_codec.format is _STRING else key_codec.render(wire)),
-        # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
-        value_codec.render_json(value),
-        partition,
-        b"null" if offset is None else b"%d" % offset,
-        node_json,
-        b"true" if standby else b"false",
-    )
-    return body, outcome
-
-
-@dataclass(slots=True)
-class Pending:
-    """A single-key GET that needs the owner or a replica that is not ready here yet."""
-
-    path: bytes
-    started: float  # perf_counter() when the key path took the request
-    tp: TopicPartition
-    call: Call
-    # `read_key`'s arguments but the replica, for `read` (a forward that the owner answers,
-    # the common case, never reads here: a tuple is cheaper to make than a partial).
-    key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str]
-    found: str | Failure  # what `Locator.resolve` said: the owner's URL, or why none
-    # The key's partition answered "absent" here already: look in every other one.
-    absent_here: bool = False
-    # A probe's: the answer of this node's partition that holds the key, used when the
-    # probed (lower) partitions of the other node do not.
-    found_here: bytes | Response | None = None
-
-    def read(self, replica: LocalReplica) -> Answer:
-        """The answer from a replica of the key's partition here."""
-        table, pair, key_text, wire, store_key, partition, node = self.key
-        return read_key(table, pair, key_text, wire, store_key, partition, replica, node)
-
-
-@dataclass(frozen=True, slots=True)
-class _Probe:
-    """A key to ask one other node for, in its partitions that come before any here."""
-
-    owner: str  # the node that is the active of those partitions
-    query: str  # "?partitions=..." to add to the key's path
-    found_here: bytes | Response | None  # this node's answer if one of its partitions has it
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """What the hot path needs of one table, worked out once per definition."""
-
-    table: TableDef
-    codecs: tuple[KeyCodec, ValueCodec]
-    tps: tuple[TopicPartition, ...]  # by partition number
-    place: PlaceFn | None  # the table's partitioner; None: placement unknown (`any`)
-    # String keys: the UTF-8 of the path text is both the wire form and the store key, so
-    # an ASCII segment without '%' is used as it arrives.
-    text_is_wire: bool
-    name_json: bytes  # the table's name as JSON, for the answer body
-
-
-class KeyPath:
+class KeyPath(Beyond):
     """Answers single-key GETs for one `HttpApi`, or declines (None) to the generic path."""
 
     def __init__(self, api: HttpApi) -> None:
@@ -194,8 +82,8 @@ class KeyPath:
         self._resolve = api.locator.resolve
         self._max_key = api.settings.max_key_bytes
         self._forwarder = api.forwarder
-        self._tables: dict[bytes, _Table] = {}
-        self._by_name: dict[str, _Table] = {}  # the same entries by table name
+        self._tables: dict[bytes, TableEntry] = {}
+        self._by_name: dict[str, TableEntry] = {}  # the same entries by table name
         self._node = ""  # the node's URL when `_node_json` was made
         self._node_json = b'""'
 
@@ -283,8 +171,8 @@ class KeyPath:
                 if hops is not None:
                     return None
                 everywhere = self._everywhere(entry, key_text, wire, store_key, None)
-                if everywhere is None or isinstance(everywhere, _Probe):  # ask the others
-                    key = (table, entry.codecs, key_text, wire, store_key, _NO_HOME, node)
+                if everywhere is None or isinstance(everywhere, Probe):  # ask the others
+                    key = (table, entry.codecs, key_text, wire, store_key, NO_HOME, node)
                     first = entry.tps[0]  # none is the key's own: `finish` asks them all
                     return self._probe(path, hops, budget, started, first, key, everywhere)
                 response, outcome = everywhere
@@ -302,7 +190,7 @@ class KeyPath:
                     key = (table, entry.codecs, key_text, wire, store_key, partition, node)
                     return self._pending(path, hops, budget, started, tp, key, found)
                 store, offset, standby = found.store, found.offset, found.is_standby
-            response, outcome = _read(
+            response, outcome = read_answer(
                 store,
                 offset,
                 standby,
@@ -322,7 +210,7 @@ class KeyPath:
                 and view.misplaced_records(table.name)
             ):
                 everywhere = self._everywhere(entry, key_text, wire, store_key, partition)
-                if everywhere is None or isinstance(everywhere, _Probe):  # ask the others
+                if everywhere is None or isinstance(everywhere, Probe):  # ask the others
                     key = (table, entry.codecs, key_text, wire, store_key, partition, node)
                     return self._probe(path, hops, budget, started, tp, key, everywhere)
                 response, outcome = everywhere
@@ -347,59 +235,6 @@ class KeyPath:
             self._observe("key", outcome, response.status, elapsed)
         return response
 
-    def _everywhere(
-        self, entry: _Table, key_text: str, wire: bytes, store_key: bytes, home: int | None
-    ) -> tuple[bytes | Response, Outcome] | _Probe | None:
-        """A key looked for in every partition but `home`; the lowest that holds it answers.
-
-        Read here when this node is the active of all of them. When one other node is the
-        active of the rest, this node's are read first: a key found below all of that
-        node's partitions is answered; else a `_Probe` of the other node's partitions below
-        it comes back (`_probe`). None: the others must be asked through `fanout.find_key`.
-        """
-        view = self._view
-        stores = []
-        remote: list[int] = []
-        owner: str | None = None
-        for p, tp in enumerate(entry.tps):
-            if p == home:
-                continue
-            local = view.local_active(tp)
-            if local is not None:
-                stores.append((p, local))
-                continue
-            active = view.placement(tp).active
-            if active is None or (owner is not None and active != owner):
-                return None
-            owner = active
-            remote.append(p)
-        table = entry.table
-        found: tuple[bytes | Response, Outcome] | None = None
-        for p, (store, offset) in stores:
-            if store.get(store_key) is not None:
-                found = _read(
-                    store,
-                    offset,
-                    False,
-                    table.name,
-                    entry.name_json,
-                    entry.codecs,
-                    key_text,
-                    wire,
-                    store_key,
-                    p,
-                    self._node_json,
-                )
-                remote = [r for r in remote if r < p]
-                break
-        if remote:
-            assert owner is not None
-            query = "?partitions=" + ",".join(map(str, remote))
-            return _Probe(owner, query, None if found is None else found[0])
-        if found is not None:
-            return found
-        return failure_response(fanout.absent_everywhere(table, key_text, home)), _LOCAL
-
     def _pending(
         self,
         path: bytes,
@@ -407,34 +242,14 @@ class KeyPath:
         budget: str | bytes | None,
         started: float,
         tp: TopicPartition,
-        key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str],
+        key: KeyArgs,
         found: str | Failure,
     ) -> Pending | None:
-        """A request to `finish`: forward, wait, or (`_ABSENT_HERE`) look in other partitions."""
+        """A request to `finish`: forward, wait, or (`ABSENT_HERE`) look in other partitions."""
         call = new_call(self._settings, hops, budget, path.decode("latin-1"))
         if isinstance(call, Failure):  # cannot be (digits checked), but declining is safe
             return None
-        return Pending(path, started, tp, call, key, found, absent_here=found is _ABSENT_HERE)
-
-    def _probe(
-        self,
-        path: bytes,
-        hops: str | bytes | None,
-        budget: str | bytes | None,
-        started: float,
-        tp: TopicPartition,
-        key: tuple[TableDef, tuple[KeyCodec, ValueCodec], str, bytes, bytes, int, str],
-        probe: _Probe | None,
-    ) -> Pending | None:
-        """A key to look for in other nodes' partitions: with `probe` (`_everywhere`), a GET
-        of the one node that holds them, for `forward_now` to send; without it, or when
-        that cannot be sent, `finish` asks every partition (`fanout.find_key`)."""
-        pending = self._pending(path, hops, budget, started, tp, key, _ABSENT_HERE)
-        if pending is not None and probe is not None:
-            pending.found = probe.owner
-            pending.call.target += probe.query
-            pending.found_here = probe.found_here
-        return pending
+        return Pending(path, started, tp, call, key, found, absent_here=found is ABSENT_HERE)
 
     async def finish(
         self, pending: Pending, asked: Response | Unreachable | None = None
@@ -454,33 +269,12 @@ class KeyPath:
                 if is_absent(response) and fanout.looks_everywhere(
                     api, pending.key[0], pending.call
                 ):
-                    response, outcome = await self._elsewhere(pending)
+                    further = self._further(pending)
+                    response, outcome = further or await self._elsewhere(pending)
         except Exception as exc:
             response, outcome = self._api.error_answer("GET", pending.path.decode("latin-1"), exc)
         self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
         return response
-
-    async def _elsewhere(
-        self, pending: Pending, asked: Response | Unreachable | None = None
-    ) -> Answer:
-        """The key of `pending`, absent from its own partition, from any other one: by the
-        probe of the node that holds the rest if there is one (`asked`: its answer, if it
-        was sent already), else, or when that settles nothing, from every partition."""
-        owner = pending.found
-        if pending.absent_here and isinstance(owner, str):  # a probe (`_probe`)
-            answer: Response | Unreachable | Failure | None = asked
-            if answer is None:
-                timeout_s = self._settings.active_timeout_s
-                call = pending.call
-                answer = await self._api.locator.ask(
-                    owner, "GET", call.target, None, call, timeout_s
-                )
-            settled = self._settle(pending, answer)
-            if settled is not None:
-                return settled
-        table, _, key_text, wire, _, partition, _ = pending.key
-        home = None if partition == _NO_HOME else partition
-        return await fanout.find_key(self._api, table, key_text, wire, home, pending.call)
 
     def forward_now(
         self,
@@ -539,88 +333,14 @@ class KeyPath:
         else:
             carry_on(self.finish(pending, answer))
 
-    def _look_further(
-        self,
-        pending: Pending,
-        reply: Callable[[Response], None],
-        carry_on: Callable[[Coroutine[object, object, Response]], None],
-    ) -> None:
-        """The key's owner answered "absent" for a table with misplaced records: the key is
-        looked for in the other partitions, as `answer_now` does for a local miss."""
-        table, _, key_text, wire, store_key, partition, _ = pending.key
-        entry = self._by_name.get(table.name)
-        found = None
-        if entry is not None and entry.table is table:
-            found = self._everywhere(entry, key_text, wire, store_key, partition)
-        pending.absent_here = True
-        if found is None or isinstance(found, _Probe):
-            if found is not None:
-                pending.found = found.owner
-                pending.call.target += found.query
-                pending.found_here = found.found_here
-                if self.forward_now(pending, reply, carry_on):
-                    return
-            else:
-                pending.found = _ABSENT_HERE
-            carry_on(self.finish(pending))
-            return
-        response, outcome = found
-        if isinstance(response, bytes):
-            response = Response(200, response)
-        elapsed = time.perf_counter() - pending.started
-        if response.status == 200:
-            self._found[outcome](elapsed)
-        else:
-            self._observe("key", outcome, response.status, elapsed)
-        reply(response)
-
-    def _probed(
-        self,
-        pending: Pending,
-        reply: Callable[[Response], None],
-        carry_on: Callable[[Coroutine[object, object, Response]], None],
-        answer: Response | Unreachable | None,
-    ) -> None:
-        """A probe's answer to `forward_now`: settled (`_settle`) to `reply`, or on to
-        `finish`, which asks every partition again."""
-        settled = self._settle(pending, answer)
-        if settled is None:
-            carry_on(self.finish(pending, answer))
-            return
-        response, outcome = settled
-        elapsed = time.perf_counter() - pending.started
-        if response.status == 200:
-            self._found[outcome](elapsed)
-        else:
-            self._observe("key", outcome, response.status, elapsed)
-        reply(response)
-
-    def _settle(
-        self, pending: Pending, answer: Response | Unreachable | Failure | None
-    ) -> Answer | None:
-        """What a probe's answer settles: the key found there (200), or absent there and
-        so found here (`found_here`) or nowhere (404); None for anything else."""
-        if not isinstance(answer, Response):
-            return None
-        if answer.status == 200:
-            return answer, _FORWARDED
-        if not is_absent(answer):
-            return None
-        here = pending.found_here
-        if isinstance(here, bytes):  # found here, in a partition after the probed ones
-            return Response(200, here), _LOCAL
-        table, _, key_text, _, _, partition, _ = pending.key
-        home = None if partition == _NO_HOME else partition
-        return failure_response(fanout.absent_everywhere(table, key_text, home)), _FORWARDED
-
-    def _learn(self, segment: bytes) -> _Table | None:
+    def _learn(self, segment: bytes) -> TableEntry | None:
         name = decode_segment(segment.decode("latin-1"))
         if isinstance(name, Failure):
             return None
         table = self._view.table(name)
         if table is None:
             return None
-        entry = _Table(
+        entry = TableEntry(
             table,
             codecs(table),
             tuple((table.topic, p) for p in range(table.partitions)),

@@ -47,7 +47,7 @@ from sparkiq.auth import Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
-from sparkiq.http.keypath import Pending
+from sparkiq.http.keyread import Pending
 from sparkiq.http.requestid import ID_PATTERN, REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import JSON_HEADERS, Response, error_response
 from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
