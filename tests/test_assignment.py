@@ -433,3 +433,29 @@ def test_misplaced_counts_reach_every_member_in_the_map() -> None:
     assert MemberInfo.from_bytes(info.to_bytes()) == info
     # A member of an earlier version sends no counts: none are assumed.
     assert MemberInfo.from_bytes(b'{"url": "http://d:1"}').misplaced == {}
+
+
+def test_two_nodes_advertising_one_url_are_never_merged() -> None:
+    url = "http://0.0.0.0:8100"
+    members = {
+        "m-late": MemberInfo(url, instance="node-b", started_ms=2_000),
+        "m-early": MemberInfo(url, instance="node-a", started_ms=1_000),
+        "m-other": MemberInfo("http://10.0.0.3:8100", instance="node-c", started_ms=500),
+    }
+    cm = assign(members, {"t": 6}, standby_replicas=1, acceptable_lag=0)
+    assert cm.refused == {"node-b": url}  # the later one holds nothing
+    assert set(cm.nodes) == {url, "http://10.0.0.3:8100"}
+    # Balanced over the two nodes that count: 3 actives each, a standby elsewhere.
+    assert Counter(o.active for o in cm.owners.values()) == {url: 3, "http://10.0.0.3:8100": 3}
+    assert ClusterMap.from_bytes(cm.to_bytes()).refused == cm.refused
+
+
+def test_members_of_one_node_and_of_earlier_versions_stay_merged() -> None:
+    url = "http://10.0.0.1:8100"
+    restarted = {  # the old process's member lingers until its session times out
+        "m-old": MemberInfo(url, instance="node-a", started_ms=1_000),
+        "m-new": MemberInfo(url, instance="node-a", started_ms=9_000),
+    }
+    assert assign(restarted, {"t": 2}, standby_replicas=0, acceptable_lag=0).refused == {}
+    unversioned = {"m1": MemberInfo(url), "m2": MemberInfo(url)}
+    assert assign(unversioned, {"t": 2}, standby_replicas=0, acceptable_lag=0).refused == {}

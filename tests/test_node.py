@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkiq.node import Node, misplaced_to_share, rebalance_due
+from sparkiq.node import Node, load_node_id, misplaced_to_share, rebalance_due
 from sparkiq.restore import PartitionStatus, ReplicaState
 from sparkiq.settings import NodeSettings
 from sparkiq.tables import TableDef
@@ -123,3 +123,25 @@ def test_misplaced_counts_are_shared_on_discovery_doubling_and_catching_up(
     )
     assert found == ({tp} if shared else set())
     assert not misplaced_to_share({tp: _status(tp, local, lag)}, {}, set(), {"other"})
+
+
+def test_the_node_id_is_kept_in_the_state_dir(tmp_path: Path) -> None:
+    first = load_node_id(tmp_path / "state")
+    assert len(first) == 32
+    assert load_node_id(tmp_path / "state") == first  # a restart is the same node
+    assert load_node_id(tmp_path / "other") != first
+
+
+def test_a_node_whose_url_is_refused_holds_nothing_and_says_why(node: Node) -> None:
+    node._set_tables({"t": TableDef("t", "t", 1)})
+    node._joined = True
+    refused = ClusterMap(3, {TP: PartitionOwners(node.url)}, refused={node.node_id: node.url})
+    node._on_assignment(refused)
+    assert node.restorer._replicas == {}  # nothing assigned, although the map names its URL
+    assert not node.is_ready()
+    reason = node.unready_reason()
+    assert reason is not None
+    assert "advertises the same URL" in reason
+    assert node.metadata()["refused"] == [{"node_id": node.node_id, "url": node.url}]
+    node._on_assignment(ClusterMap(4, {TP: PartitionOwners(node.url)}))
+    assert node._refused_url is None

@@ -70,7 +70,8 @@ def assign(
         raise ConfigError(f"standby_replicas must be 0 or more, got {standby_replicas}")
     if acceptable_lag < 0:
         raise ConfigError(f"acceptable_lag must be 0 or more, got {acceptable_lag}")
-    nodes = _merge_by_url(members.values())
+    kept, refused = _one_member_per_url(members)
+    nodes = _merge_by_url(kept)
     tps = sorted((topic, p) for topic, count in partitions.items() for p in range(count))
     reported = {url: dict(node.lags) for url, node in sorted(nodes.items())}
     if not nodes:
@@ -79,6 +80,7 @@ def assign(
             owners={tp: PartitionOwners(None) for tp in tps},
             nodes={},
             misplaced=_misplaced(members),
+            refused=refused,
         )
 
     state = _State(nodes, acceptable_lag)
@@ -94,8 +96,41 @@ def assign(
         for tp in tps
     }
     return ClusterMap(
-        generation=generation, owners=owners, nodes=reported, misplaced=_misplaced(members)
+        generation=generation,
+        owners=owners,
+        nodes=reported,
+        misplaced=_misplaced(members),
+        refused=refused,
     )
+
+
+def _one_member_per_url(
+    members: Mapping[str, MemberInfo],
+) -> tuple[list[MemberInfo], dict[str, str]]:
+    """The members that keep their URL, and the refused ones (instance -> URL).
+
+    Two nodes that advertise one URL (say both `http://0.0.0.0:8100`) cannot both be
+    reached there: merged, each would hold the other's partitions and forwards would reach
+    either. The one that started first keeps the URL (then the lower member id); the others
+    hold nothing. Members with one node id are one node (a restarted process whose old
+    member has not timed out yet) and stay merged, as are members of an earlier version,
+    which send no node id.
+    """
+    by_url: dict[str, list[tuple[int, str, MemberInfo]]] = {}
+    for member_id, info in members.items():
+        by_url.setdefault(info.url, []).append((info.started_ms, member_id, info))
+    kept: list[MemberInfo] = []
+    refused: dict[str, str] = {}
+    for url, claims in by_url.items():
+        claims.sort(key=lambda claim: (claim[0], claim[1]))
+        first = claims[0][2]
+        kept.append(first)
+        for _, _, info in claims[1:]:
+            if info.instance and info.instance != first.instance:
+                refused[info.instance] = url
+            else:
+                kept.append(info)
+    return kept, refused
 
 
 def _misplaced(members: Mapping[str, MemberInfo]) -> dict[TopicPartition, int]:

@@ -150,7 +150,9 @@ def broker(port: int) -> None:
     envvar="SPARKIQ_ADVERTISED_URL",
     show_envvar=True,
     default=None,
-    help="URL other nodes use to reach this one (default http://LISTEN).",
+    help="URL other nodes and clients reach this one at [default: http://LISTEN; with a "
+    "wildcard host (0.0.0.0, ::) this host's name, or the address that routes to the "
+    "brokers]. A wildcard, or loopback while the brokers are elsewhere, is refused.",
 )
 @click.option(
     "--state-dir",

@@ -62,6 +62,11 @@ def render_cluster(
         f"generation {meta.get('generation')}, "
         f"{len(meta.get('nodes', []))} nodes, {len(tables)} tables",
     ]
+    for refused in meta.get("refused", []):
+        lines.append(
+            f"CONFLICT: node {refused['node_id']} advertises {refused['url']}, which an "
+            "earlier node has: it holds nothing until given its own --advertised-url"
+        )
     for t in tables:
         misplaced = int(t.get("misplaced_records", 0))
         note = ""

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Container, Mapping, Sequence, Set
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkiq.catalog import CatalogWatcher
@@ -61,6 +63,8 @@ class Node:
         # How long an asked-for rebalance may take to begin before it is asked for again.
         self._reask_s = max(_REASK_MIN_S, 2 * settings.session_timeout_ms / 1000)
         self._started_at = time.time()
+        self.node_id = load_node_id(settings.state_dir)
+        self._refused_url: str | None = None  # set while the group refused this node's URL
         # (position, end) of each local replica when first seen, and the replicas whose lag has
         # since been measured against a real end (see `_lag_known`).
         self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
@@ -210,7 +214,7 @@ class Node:
         return self._map
 
     def is_ready(self) -> bool:
-        if not self._joined:
+        if not self._joined or self._refused_url is not None:
             return False
         statuses = self.restorer.statuses()
         return all(
@@ -218,6 +222,18 @@ class Node:
             for tp in self._map.actives_of(self._url)
             if tp[0] in self._by_topic
         )
+
+    def unready_reason(self) -> str | None:
+        if self._refused_url is not None:
+            return (
+                f"another node advertises the same URL {self._refused_url} and started first: "
+                "this node holds no partitions; give each node its own --advertised-url"
+            )
+        if self.is_ready():
+            return None
+        if not self._joined:
+            return "the node has not joined its group yet"
+        return "the node is still restoring its active partitions"
 
     async def changed(self, timeout_s: float) -> None:
         event = self._changed
@@ -276,6 +292,11 @@ class Node:
             "generation": self._map.generation,
             "ready": self.is_ready(),
             "restored_records": self.restorer.records_applied,
+            "node_id": self.node_id,
+            "refused": [
+                {"node_id": node_id, "url": url}
+                for node_id, url in sorted(self._map.refused.items())
+            ],
             "tables": [self.table_summary(t) for t in self.tables()],
             "partitions": partitions,
             "nodes": nodes,
@@ -397,17 +418,35 @@ class Node:
                 for tp, st in self.restorer.statuses().items()
                 if st.misplaced and tp[0] in known
             },
+            instance=self.node_id,
+            started_ms=int(self._started_at * 1000),
         )
 
     def _on_assignment(self, cluster_map: ClusterMap) -> None:
         self._map = cluster_map
         known = set(self._by_topic)
-        actives = {tp for tp in cluster_map.actives_of(self._url) if tp[0] in known}
-        standbys = {
-            tp
-            for tp in cluster_map.standbys_of(self._url) | cluster_map.warming_of(self._url)
-            if tp[0] in known
-        }
+        refused = cluster_map.refused.get(self.node_id)
+        if refused is not None and self._refused_url is None:
+            log.error(
+                "node %s: another node of group %s advertises the same URL and started "
+                "first, so this node holds no partitions and is not ready; give each node "
+                "the URL others reach it at (--advertised-url, or --listen on its own "
+                "address)",
+                self._url,
+                self.settings.group_id,
+            )
+        elif refused is None and self._refused_url is not None:
+            log.info("node %s: its URL is its own again", self._url)
+        self._refused_url = refused
+        actives: set[TopicPartition] = set()
+        standbys: set[TopicPartition] = set()
+        if refused is None:
+            actives = {tp for tp in cluster_map.actives_of(self._url) if tp[0] in known}
+            standbys = {
+                tp
+                for tp in cluster_map.standbys_of(self._url) | cluster_map.warming_of(self._url)
+                if tp[0] in known
+            }
         log.info(
             "node %s generation %d: %d active, %d standby partitions",
             self._url,
@@ -472,6 +511,21 @@ class Node:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self._notify()
+
+
+def load_node_id(state_dir: Path) -> str:
+    """This node's id, kept in its state dir: a restarted process is the same node (its old
+    group member may linger until its session times out), another state dir another node."""
+    path = state_dir / "node-id"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if not text:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        text = uuid.uuid4().hex
+        path.write_text(text + "\n")
+    return text
 
 
 def misplaced_to_share(

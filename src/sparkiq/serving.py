@@ -96,8 +96,10 @@ async def serve_node(
         auth=auth,
         tls=tls,
     )
-    await server.start()
-    log.info("node %s: HTTP API on %s", settings.url, settings.listen)
+    await server.start()  # a listen address that cannot be used fails here, unjoined
+    log.info(
+        "node %s: HTTP API on %s, advertised as %s", settings.url, settings.listen, settings.url
+    )
     background: list[asyncio.Task[None]] = []
     try:
         background.append(asyncio.create_task(_show_progress(node, progress, status_line)))

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_serializer, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sparkiq.advertise import advertised_url, check_advertised
 from sparkiq.errors import ConfigError
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -41,8 +42,11 @@ class NodeSettings(BaseSettings):
     listen: str = Field("127.0.0.1:8100", description="host:port the HTTP API binds to.")
     advertised_url: str | None = Field(
         None,
-        description="Base URL other nodes and clients use to reach this node; "
-        "defaults to http://<listen>.",
+        description="Base URL other nodes and clients use to reach this node; defaults to "
+        "http(s)://<listen>, with a wildcard listen host (0.0.0.0, ::) replaced by this "
+        "host's name (if it resolves to a local address) or the address of the interface "
+        "that routes to the brokers. A wildcard, or a loopback host while the brokers are "
+        "elsewhere, is refused.",
     )
     state_dir: Path = Field(
         Path("state"),
@@ -167,6 +171,11 @@ class NodeSettings(BaseSettings):
             raise ValueError("tls_cert_file and tls_key_file go together")
         return self
 
+    @model_validator(mode="after")
+    def _check_url(self) -> NodeSettings:
+        check_advertised(self.url, self.bootstrap_servers)
+        return self
+
     @field_validator("kafka_config", mode="before")
     @classmethod
     def _load_kafka_config(cls, value: object) -> KafkaSecurity:
@@ -194,8 +203,11 @@ class NodeSettings(BaseSettings):
 
     @property
     def url(self) -> str:
+        """The URL this node advertises (`sparkiq.advertise`)."""
+        if self.advertised_url:
+            return self.advertised_url.rstrip("/")
         scheme = "https" if self.tls_cert_file is not None else "http"
-        return (self.advertised_url or f"{scheme}://{self.listen}").rstrip("/")
+        return advertised_url(self.listen, scheme, self.bootstrap_servers)
 
     @property
     def group_id(self) -> str:

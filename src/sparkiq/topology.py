@@ -42,12 +42,19 @@ class MemberInfo:
     # Records in a partition that the table's partitioner puts elsewhere, by partition
     # (only partitions with some): every node must know them to look further on a miss.
     misplaced: Mapping[TopicPartition, int] = field(default_factory=dict)
+    # The node's id (kept in its state dir, so a restart is the same node) and when this
+    # process started (epoch ms): of two nodes that advertise one URL, the one that started
+    # first keeps it (`assignment`).
+    instance: str = ""
+    started_ms: int = 0
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
                 "v": PROTOCOL_VERSION,
                 "url": self.url,
+                "instance": self.instance,
+                "started_ms": self.started_ms,
                 "actives": sorted(_tp_key(tp) for tp in self.actives),
                 "standbys": sorted(_tp_key(tp) for tp in self.standbys),
                 "lags": {_tp_key(tp): lag for tp, lag in self.lags.items()},
@@ -64,6 +71,8 @@ class MemberInfo:
             standbys=frozenset(_tp_parse(t) for t in raw.get("standbys", [])),
             lags={_tp_parse(k): int(v) for k, v in raw.get("lags", {}).items()},
             misplaced={_tp_parse(k): int(v) for k, v in raw.get("misplaced", {}).items()},
+            instance=str(raw.get("instance", "")),
+            started_ms=int(raw.get("started_ms", 0)),
         )
 
 
@@ -86,6 +95,9 @@ class ClusterMap:
     nodes: Mapping[str, Mapping[TopicPartition, int]] = field(default_factory=dict)
     # Misplaced records per partition, the most any member reported (see MemberInfo).
     misplaced: Mapping[TopicPartition, int] = field(default_factory=dict)
+    # Nodes that advertised a URL another (earlier) node has: node id -> that URL. They
+    # hold nothing; each learns here that it was refused.
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def owner_of(self, tp: TopicPartition) -> PartitionOwners | None:
         return self.owners.get(tp)
@@ -122,6 +134,7 @@ class ClusterMap:
                     for url, lags in self.nodes.items()
                 },
                 "misplaced": {_tp_key(tp): n for tp, n in self.misplaced.items()},
+                "refused": dict(self.refused),
             }
         )
 
@@ -139,9 +152,14 @@ class ClusterMap:
                 for url, lags in raw.get("nodes", {}).items()
             },
             misplaced={_tp_parse(k): int(v) for k, v in raw.get("misplaced", {}).items()},
+            refused={str(k): str(v) for k, v in raw.get("refused", {}).items()},
         )
 
     def with_generation(self, generation: int) -> ClusterMap:
         return ClusterMap(
-            generation=generation, owners=self.owners, nodes=self.nodes, misplaced=self.misplaced
+            generation=generation,
+            owners=self.owners,
+            nodes=self.nodes,
+            misplaced=self.misplaced,
+            refused=self.refused,
         )

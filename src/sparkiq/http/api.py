@@ -450,10 +450,11 @@ class HttpApi:
     def _readyz(self) -> Response:
         if self.view.is_ready():
             return _OK
+        reason = self.view.unready_reason() or "it has not joined the group or is restoring"
         return error_response(
             503,
             EdgeCode.NOT_READY,
-            "node is not ready: it has not joined the group or is still restoring",
+            f"node is not ready: {reason}",
             (*JSON_HEADERS, ("retry-after", str(self.settings.retry_after_s))),
         )
 

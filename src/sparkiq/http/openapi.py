@@ -716,6 +716,20 @@ def _schemas(s: HttpSettings) -> JsonObject:
                 },
                 "ready": {"type": "boolean"},
                 "restored_records": {"type": "integer", "minimum": 0},
+                "node_id": {
+                    "type": "string",
+                    "description": "This node's id, kept in its state dir.",
+                },
+                "refused": {
+                    "type": "array",
+                    "description": "Nodes that advertise a URL an earlier node has: they "
+                    "hold nothing until given their own --advertised-url.",
+                    "items": {
+                        "type": "object",
+                        "required": ["node_id", "url"],
+                        "properties": {"node_id": _STRING, "url": _STRING},
+                    },
+                },
                 "tables": {"type": "array", "items": _ref("TableSummary")},
                 "partitions": {
                     "type": "array",

@@ -176,6 +176,9 @@ class StaticView:
     def is_ready(self) -> bool:
         return self.ready
 
+    def unready_reason(self) -> str | None:
+        return None if self.ready else "the test's view is not ready"
+
     def catalog_loaded(self) -> bool:
         return self.loaded
 

@@ -101,6 +101,10 @@ class NodeView(Protocol):
 
     def is_ready(self) -> bool: ...
 
+    def unready_reason(self) -> str | None:
+        """Why the node is not ready (None when it is), for `/readyz`."""
+        ...
+
     def catalog_loaded(self) -> bool:
         """False until the node has read the catalog once (it knows no table before that)."""
         ...
