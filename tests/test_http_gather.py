@@ -253,3 +253,19 @@ async def test_a_probe_by_key_is_only_taken_from_another_node(stack: AsyncExitSt
         r = await client.get("/v1/tables/anywhere/keys/k1?partitions=0,1")
     assert r.status_code == 400
     assert "internal" in r.json()["error"]["message"]
+
+
+async def test_a_forwarded_multi_get_of_an_any_table_still_reads_every_partition(
+    stack: AsyncExitStack,
+) -> None:
+    a, b, _ = await two_nodes(stack)
+    for i in range(6):
+        put(a, b, ANYWHERE, f"k{i}", i)
+    async with httpx.AsyncClient(base_url=a.url) as client:
+        r = await client.post(
+            "/v1/tables/anywhere/multi-get",
+            json={"keys": [f"k{i}" for i in range(6)]},
+            headers={"x-sparkiq-hops": "1"},
+        )
+    assert r.status_code == 200, r.text
+    assert [item["value"] for item in r.json()["items"]] == [{"k": f"k{i}"} for i in range(6)]

@@ -99,7 +99,7 @@ async def multi_get(
         )
         if not isinstance(done, Gathered):
             return done
-    if looks_everywhere(api, table, call):
+    if not table.has_fixed_placement or looks_everywhere(api, table, call):
         missing = [i for i in range(len(wires)) if not got.hits.get(i)]
         done = await gather(
             api, table, wires, _elsewhere(table, missing, homes), call, probing=True, into=got
