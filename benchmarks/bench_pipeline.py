@@ -129,9 +129,9 @@ def _burst(pipeline: PipelineProcess, bootstrap: str, gen: InvoiceGenerator, n: 
     """Seconds from producing *n* invoices at once until every query has processed them.
 
     Timed from the first record produced: the queries start on the burst while the rest is
-    still being produced (the producer is several times faster than the pipeline), and
-    until session 7 the clock started only when the last record was in, which overstated
-    the rate by the records processed meanwhile.
+    still being produced (the producer is several times faster than the pipeline); a
+    clock started when the last record is in would overstate the rate by the records
+    processed meanwhile.
     """
     invoices = gen.invoices(n, start_ms=int(time.time() * 1000) - n * 5, step_ms=5)
     t0 = time.monotonic()

@@ -151,17 +151,16 @@ class Client:
             items: list[Any] = answer["items"]
             return items
 
+        if len(groups) <= 1:  # one owner (or no key): no thread for it
+            answers = [(ix, ask(active, ix)) for active, ix in groups.items()]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(groups), 16)) as pool:
+                futures = [(ix, pool.submit(ask, active, ix)) for active, ix in groups.items()]
+                answers = [(ix, future.result()) for ix, future in futures]
         items: list[dict[str, Any]] = [{} for _ in wanted]
-        if len(groups) <= 1:
-            for active, indices in groups.items():
-                for i, item in zip(indices, ask(active, indices), strict=True):
-                    items[i] = item
-            return items
-        with ThreadPoolExecutor(max_workers=min(len(groups), 16)) as pool:
-            futures = {pool.submit(ask, active, ix): ix for active, ix in groups.items()}
-            for future, indices in futures.items():
-                for i, item in zip(indices, future.result(), strict=True):
-                    items[i] = item
+        for indices, got in answers:
+            for i, item in zip(indices, got, strict=True):
+                items[i] = item
         return items
 
     def range(

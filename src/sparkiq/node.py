@@ -193,12 +193,12 @@ class Node:
         tdef = self._tables.get(table)
         if tdef is None:
             return 0
-        shared = self._map.misplaced
-        statuses = self.restorer.statuses()
+        # Asked on every miss of the key path: one status per partition, not a copy of all.
+        shared, status = self._map.misplaced, self.restorer.status
         total = 0
         for p in range(tdef.partitions):
             tp = (tdef.topic, p)
-            st = statuses.get(tp)
+            st = status(tp)
             total += max(shared.get(tp, 0), st.misplaced if st is not None else 0)
         return total
 

@@ -80,6 +80,17 @@ class Beyond:
             self, pending: Pending, asked: Response | Unreachable | None = None
         ) -> Response: ...
 
+    def _observed(
+        self, response: bytes | Response, outcome: Outcome, started: float
+    ) -> bytes | Response:
+        """`response` (a found key's body, or a whole answer), counted in the metrics."""
+        elapsed = time.perf_counter() - started
+        if isinstance(response, bytes):
+            self._found[outcome](elapsed)
+        else:
+            self._observe("key", outcome, response.status, elapsed)
+        return response
+
     def _everywhere(
         self, entry: TableEntry, key_text: str, wire: bytes, store_key: bytes, home: int | None
     ) -> tuple[bytes | Response, Outcome] | Probe | None:
@@ -148,9 +159,7 @@ class Beyond:
         that cannot be sent, `finish` asks every partition (`fanout.find_key`)."""
         pending = self._pending(path, hops, budget, started, tp, key, ABSENT_HERE)
         if pending is not None and probe is not None:
-            pending.found = probe.owner
-            pending.call.target += probe.query
-            pending.found_here = probe.found_here
+            _aim(pending, probe)
         return pending
 
     def _look_further(
@@ -168,11 +177,7 @@ class Beyond:
             carry_on(self.finish(pending))
             return
         response, outcome = found
-        elapsed = time.perf_counter() - pending.started
-        if response.status == 200:
-            self._found[outcome](elapsed)
-        else:
-            self._observe("key", outcome, response.status, elapsed)
+        self._observed(response, outcome, pending.started)
         reply(response)
 
     def _further(self, pending: Pending) -> Answer | None:
@@ -191,9 +196,7 @@ class Beyond:
         if found is None:
             pending.found = ABSENT_HERE
         else:
-            pending.found = found.owner
-            pending.call.target += found.query
-            pending.found_here = found.found_here
+            _aim(pending, found)
         return None
 
     def _probed(
@@ -210,11 +213,7 @@ class Beyond:
             carry_on(self.finish(pending, answer))
             return
         response, outcome = settled
-        elapsed = time.perf_counter() - pending.started
-        if response.status == 200:
-            self._found[outcome](elapsed)
-        else:
-            self._observe("key", outcome, response.status, elapsed)
+        self._observed(response, outcome, pending.started)
         reply(response)
 
     def _settle(
@@ -256,3 +255,10 @@ class Beyond:
         table, _, key_text, wire, _, partition, _ = pending.key
         home = None if partition == NO_HOME else partition
         return await fanout.find_key(self._api, table, key_text, wire, home, pending.call)
+
+
+def _aim(pending: Pending, probe: Probe) -> None:
+    """Make `pending` the probe of the node that holds the other partitions."""
+    pending.found = probe.owner
+    pending.call.target += probe.query
+    pending.found_here = probe.found_here

@@ -26,7 +26,14 @@ from urllib.parse import urlencode
 
 import orjson
 
-from sparkiq.http.gather import Gathered, Sources, decode_wire_keys, gather, probe_items
+from sparkiq.http.gather import (
+    Gathered,
+    Sources,
+    assembled_outcome,
+    decode_wire_keys,
+    gather,
+    probe_items,
+)
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import (
     Params,
@@ -139,14 +146,7 @@ def _elsewhere(
 
 async def _probe(api: HttpApi, table: TableDef, params: Params, call: Call, body: bytes) -> Answer:
     """Another node's probe: every key of the body in every partition listed."""
-    if call.hops == 0:
-        return _fail(
-            Failure(
-                FailureReason.BAD_REQUEST,
-                'partitions is internal to sparkiq nodes; send {"keys": [...]} instead',
-            )
-        )
-    parts = _partition_list(params["partitions"], table.partitions)
+    parts = _probed_partitions(params, table, call, 'send {"keys": [...]} instead')
     if isinstance(parts, Failure):
         return _fail(parts)
     wires = decode_wire_keys(body)
@@ -166,17 +166,22 @@ async def probe_key(
 ) -> Answer:
     """Another node's probe of one key (`GET .../keys/{key}?partitions=...`): the key from
     the listed partitions only, or 404 if none holds it."""
-    if call.hops == 0:
-        return _fail(
-            Failure(
-                FailureReason.BAD_REQUEST,
-                "partitions is internal to sparkiq nodes; ask for the key without it",
-            )
-        )
-    parts = _partition_list(params["partitions"], table.partitions)
+    parts = _probed_partitions(params, table, call, "ask for the key without it")
     if isinstance(parts, Failure):
         return _fail(parts)
     return await find_key(api, table, key_text, wire, None, call, only=parts)
+
+
+def _probed_partitions(
+    params: Params, table: TableDef, call: Call, instead: str
+) -> list[int] | Failure:
+    """The partitions a probe lists: only another node may send one (`instead`: what a
+    client should do)."""
+    if call.hops == 0:
+        return Failure(
+            FailureReason.BAD_REQUEST, f"partitions is internal to sparkiq nodes; {instead}"
+        )
+    return _partition_list(params["partitions"], table.partitions)
 
 
 async def find_key(
@@ -314,15 +319,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
     else:
         items = [item for _, item in page]
     body = orjson.dumps({"items": items, "next_cursor": next_cursor, **sources.fields()})
-    return Response(200, body), _best(outcomes)
-
-
-def _best(outcomes: set[Outcome]) -> Outcome:
-    """The metrics outcome of an answer assembled from several replicas."""
-    for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
-        if outcome in outcomes:
-            return outcome
-    return Outcome.LOCAL
+    return Response(200, body), assembled_outcome(outcomes)
 
 
 def _range_bounds(

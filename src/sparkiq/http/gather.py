@@ -100,11 +100,16 @@ class Gathered:
         return found[min(found)]
 
     def outcome(self) -> Outcome:
-        """The metrics outcome of an answer assembled from several replicas."""
-        for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
-            if outcome in self.outcomes:
-                return outcome
-        return Outcome.LOCAL
+        """The metrics outcome of the answer these reads make (`assembled_outcome`)."""
+        return assembled_outcome(self.outcomes)
+
+
+def assembled_outcome(outcomes: set[Outcome]) -> Outcome:
+    """The metrics outcome of an answer assembled from several replicas."""
+    for outcome in (Outcome.FORWARDED, Outcome.STANDBY):
+        if outcome in outcomes:
+            return outcome
+    return Outcome.LOCAL
 
 
 def encode_wire_keys(wires: Sequence[bytes]) -> bytes:

@@ -224,17 +224,6 @@ class KeyPath(Beyond):
             self._observe("key", outcome, response.status, elapsed)
         return response
 
-    def _observed(
-        self, response: bytes | Response, outcome: Outcome, started: float
-    ) -> bytes | Response:
-        """`response`, counted in the metrics."""
-        elapsed = time.perf_counter() - started
-        if isinstance(response, bytes):
-            self._found[outcome](elapsed)
-        else:
-            self._observe("key", outcome, response.status, elapsed)
-        return response
-
     def _pending(
         self,
         path: bytes,

@@ -21,10 +21,10 @@ What a connection does:
 The plain lane: most lookups arrive as one read holding one `GET <path> HTTP/1.1` whose headers
 are only of the kind nothing here reads (Host, User-Agent, Accept...). Such a read is
 answered by `_answer_plain` without the parser, its callbacks and the header bookkeeping
-(BENCHMARKS.md, session 8). A read with anything else -- another method or version, a query,
-more or less than one whole request, a header that frames the message, changes the
-connection or is read by the node (`_LANE_HEADERS`) -- takes the parser's way. Both ways
-give the same answers (tests/test_http_loopserver.py).
+(`benchmarks/bench_lane.py` counts what a lookup costs either way). A read with anything
+else -- another method or version, a query, more or less than one whole request, a header
+that frames the message, changes the connection or is read by the node (`_LANE_HEADERS`)
+-- takes the parser's way. Both ways give the same answers (tests/test_http_loopserver.py).
 """
 
 from __future__ import annotations
@@ -703,7 +703,7 @@ class LoopServer:
         the answers in one burst, so that a client woken by the first answer may find the
         rest ready instead of being woken for each; it also lets pipelined answers of one
         connection go out in one write. Writing each answer at once instead cost ~50% more
-        CPU per lookup (BENCHMARKS.md, session 9): clients then answered by one write each
+        CPU per lookup (`benchmarks/bench_http.py`): clients then answered by one write each
         send their next request at once, and each loop turn finds fewer requests.
         """
         if not self._flushing:

@@ -24,7 +24,8 @@ One state for both customer tables instead of a query each: every query reads an
 the whole input and has a fixed cost per micro-batch, which on a small machine is most of
 a table's freshness. Merging further would not read the input fewer times: Spark refuses an
 ``applyInPandasWithState`` in update mode and an aggregation in one query, and a stateless
-branch unioned into a stateful query still gets a scan of its own (BENCHMARKS.md, session 7).
+branch unioned into a stateful query still gets a scan of its own
+(`benchmarks/bench_pipeline_stages.py` measures each stage alone).
 
 `sparkiq.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
