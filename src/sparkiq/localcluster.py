@@ -40,12 +40,18 @@ class NodeProcess:
     # With TLS: the CA that signed the node's certificate (the node's TLS options go in
     # extra_args); the URL is then https://.
     ca_file: Path | None = None
+    # Where the node binds (default 127.0.0.1) and the host this harness reaches it at; a
+    # node on another (network-namespace) host binds e.g. 0.0.0.0 and is reached at its
+    # address there, started through `prefix` (see `spawn_sparkiq`).
+    listen_host: str = "127.0.0.1"
+    host: str = "127.0.0.1"
+    prefix: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
         scheme = "https" if self.ca_file is not None else "http"
-        return f"{scheme}://127.0.0.1:{self.port}"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def http_get(self, path: str, timeout_s: float) -> httpx.Response:
         """GET `path` of this node with the harness's credentials and trust."""
@@ -68,7 +74,7 @@ class NodeProcess:
                 "--app",
                 self.app,
                 "--listen",
-                f"127.0.0.1:{self.port}",
+                f"{self.listen_host}:{self.port}",
                 "--state-dir",
                 str(self.state_dir),
                 *self.auth_args,
@@ -76,6 +82,7 @@ class NodeProcess:
             ],
             self.log_path,
             env=self.env,
+            prefix=self.prefix,
         )
         return self
 

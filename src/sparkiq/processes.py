@@ -12,13 +12,21 @@ from pathlib import Path
 
 
 def spawn_sparkiq(
-    args: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m sparkiq ARGS` in its own session, output appended to *log_path*."""
+    """Start `python -m sparkiq ARGS` in its own session, output appended to *log_path*.
+
+    `prefix` goes before the interpreter: a command that execs its arguments in the same
+    process (e.g. `ip netns exec NAME`), so the PID is still the node's.
+    """
     log = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "sparkiq", *args],
+            [*prefix, sys.executable, "-m", "sparkiq", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
