@@ -115,7 +115,8 @@ def test_metrics_and_logs_follow_the_cluster(
         assert total(samples, "sparkiq_tables") == 1
         assert total(samples, "sparkiq_cluster_nodes") == 2
         states = {ls["state"] for ls in labelled(samples, "sparkiq_partitions")}
-        assert states == {"restoring", "active", "standby", "warming"}
+        assert states == {"restoring", "active", "standby", "warming", "failed"}
+        assert total(samples, "sparkiq_partitions", state="failed") == 0
         for ls in labelled(samples, "sparkiq_partition_lag"):
             assert ls["table"] == TABLE
             assert set(ls) == {"table", "partition", "state"}

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from sparkiq.errors import StorageFault
 from sparkiq.http import AsgiApp, HttpApi, HttpSettings
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import Format, TableDef, TableKind
@@ -149,7 +150,7 @@ async def test_bad_hops_header_is_400(client: httpx.AsyncClient) -> None:
     assert_error(r, 400, "bad_request")
 
 
-async def test_unexpected_exception_is_500_in_the_error_shape(
+async def test_an_unexpected_exception_reading_a_table_is_503_never_500(
     client: httpx.AsyncClient, view: StaticView, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(tp: object) -> None:
@@ -157,8 +158,43 @@ async def test_unexpected_exception_is_500_in_the_error_shape(
 
     monkeypatch.setattr(view, "placement", broken)
     monkeypatch.setattr(view, "local_active", broken)
-    message = assert_error(await client.get("/v1/tables/users/keys/user-01"), 500, "internal")
+    r = await client.get("/v1/tables/users/keys/user-01")
+    message = assert_error(r, 503, "unavailable")
+    assert r.headers["retry-after"] == "1"
     assert "boom" not in message  # details go to the log, not to the caller
+    metrics = (await client.get("/metrics")).text
+    assert 'sparkiq_read_errors_total{endpoint="key",kind="unexpected"} 2.0' in metrics
+
+
+async def test_an_unexpected_exception_elsewhere_is_500_in_the_error_shape(
+    client: httpx.AsyncClient, view: StaticView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(view, "metadata", broken)
+    message = assert_error(await client.get("/v1/metadata"), 500, "internal")
+    assert "boom" not in message
+
+
+async def test_a_read_that_meets_a_storage_fault_is_answered_again(
+    client: httpx.AsyncClient, view: StaticView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_value(view, USERS, "user-01", {"n": 1})
+    local_active = view.local_active
+    faults = [StorageFault("reading the store at /s/users/0 failed: Corruption: bad block")]
+
+    def failing_once(tp: tuple[str, int]) -> object:
+        if faults:
+            raise faults.pop()
+        return local_active(tp)
+
+    monkeypatch.setattr(view, "local_active", failing_once)
+    r = await client.get("/v1/tables/users/keys/user-01")
+    assert r.status_code == 200, r.text
+    assert r.json()["value"] == {"n": 1}
+    metrics = (await client.get("/metrics")).text
+    assert 'sparkiq_read_errors_total{endpoint="key",kind="storage"} 1.0' in metrics
 
 
 # -- standby reads and waiting -----------------------------------------------------------------

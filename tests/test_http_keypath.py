@@ -255,7 +255,7 @@ async def test_query_parameters_take_the_generic_path(
     assert "max_lag" in r.json()["error"]["message"]
 
 
-async def test_unexpected_error_is_500_in_the_error_shape(
+async def test_unexpected_error_is_503_in_the_error_shape(
     api: HttpApi, client: httpx.AsyncClient, view: StaticView, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(tp: object) -> None:
@@ -264,10 +264,11 @@ async def test_unexpected_error_is_500_in_the_error_shape(
     monkeypatch.setattr(view, "placement", broken)
     monkeypatch.setattr(view, "local_active", broken)
     r = await client.get("/v1/tables/users/keys/user-01")
-    assert r.status_code == 500
-    assert r.json()["error"]["code"] == "internal"
+    assert r.status_code == 503  # never 500 for a read: the caller asks another replica
+    assert r.json()["error"]["code"] == "unavailable"
     assert "boom" not in r.text
     assert api.metrics.count("key", Outcome.ERROR) == 1
+    assert api.metrics.read_errors("unexpected") == 2  # the key path's, then once more
 
 
 # -- over real sockets -------------------------------------------------------------------------

@@ -3,25 +3,40 @@
 What a client relies on beyond single requests: answers in request order on a pipelined
 connection (also when one of them waits in a task), keep-alive and `Connection: close`,
 HTTP/1.0, HEAD, `Expect: 100-continue`, bodies over the limit, malformed requests, the
-idle and request timeouts, the plain lane (a plain GET answered without the parser) and the
-node lane (the GETs another node's pool forwards, answered without the parser).
+header, idle and request timeouts, the connection limit, the plain lane (a plain GET
+answered without the parser) and the node lane (the GETs another node's pool forwards,
+answered without the parser).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
+from sparkiq.errors import ConfigError
 from sparkiq.http import HttpApi, HttpSettings
 from sparkiq.http.guard import FORWARD_HEADERS
 from sparkiq.http.loopserver import _FORWARDED, LoopServer, plain_get
 from sparkiq.http.pool import PoolForwarder, _Origin
 from sparkiq.http.requestid import REQUEST_ID
+from sparkiq.http.server import HttpServer, Interface
+from sparkiq.http.settings import (
+    FD_RESERVE_MIN,
+    MIN_CONNECTIONS,
+    connection_limit,
+    default_max_connections,
+    open_file_limit,
+)
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 
@@ -29,22 +44,36 @@ USERS = TableDef("users", "users-changelog", 4)
 SETTINGS = HttpSettings(budget_s=0.5, max_body_bytes=1000)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[LoopServer]:
-    port = free_port()
+def users_view(port: int) -> StaticView:
     view = StaticView(f"http://127.0.0.1:{port}", [USERS])
     view.place_all(USERS, dict.fromkeys(range(USERS.partitions), view.url))
     for i in range(5):
         put_value(view, USERS, f"user-{i}", {"n": i})
     put_value(view, USERS, "a/b", {"n": "slash"})
-    api = HttpApi(view, SETTINGS)
-    loop_server = LoopServer(api, "127.0.0.1", port, idle_timeout_s=1.0, request_timeout_s=1.0)
+    return view
+
+
+@asynccontextmanager
+async def serving(**options: float | int | None) -> AsyncIterator[LoopServer]:
+    """A LoopServer over `users_view`, with LoopServer `options`."""
+    port = free_port()
+    api = HttpApi(users_view(port), SETTINGS)
+    loop_server = LoopServer(api, "127.0.0.1", port, **options)  # type: ignore[arg-type]
     await loop_server.start()
     try:
         yield loop_server
     finally:
         await loop_server.stop()
         await api.close()
+
+
+Serving = Callable[..., AbstractAsyncContextManager[LoopServer]]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LoopServer]:
+    async with serving(idle_timeout_s=1.0, request_timeout_s=1.0) as loop_server:
+        yield loop_server
 
 
 class Answer:
@@ -218,7 +247,7 @@ async def test_idle_connection_is_closed_and_a_slow_request_gets_408(
     reader, writer = await connect(server)
     writer.write(get("/healthz"))
     assert (await read_answer(reader)).status == 200
-    # Idle past idle_timeout_s (1 s here; the sweep looks every second).
+    # Idle past idle_timeout_s (1 s here; the sweep looks four times a second).
     assert await closed_by_server(reader)
 
     reader, writer = await connect(server)
@@ -435,3 +464,175 @@ async def test_a_forward_behind_a_waiting_request_waits_its_turn(server: LoopSer
     assert [a.headers["x-request-id"] for a in answers] == ["r", "k"]
     assert answers[1].json()["value"] == {"n": 2}
     writer.close()
+
+
+# -- the connection limit and the header timeout ----------------------------------------------
+
+
+async def answered(server: LoopServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection the server has counted: it answered a request on it."""
+    reader, writer = await connect(server)
+    writer.write(get("/v1/tables/users/keys/user-1"))
+    assert (await read_answer(reader)).status == 200
+    return reader, writer
+
+
+async def refused_at_once(server: LoopServer) -> bytes:
+    """Connect and read to the end: what a connection past the limit gets, within 1 s."""
+    reader, writer = await connect(server)
+    started = time.monotonic()
+    try:
+        data = await asyncio.wait_for(reader.read(), 1.0)
+    except ConnectionResetError:
+        data = b""
+    assert time.monotonic() - started < 1.0
+    writer.close()
+    return data
+
+
+def scraped(server: LoopServer) -> str:
+    return server.api.metrics.render().decode()
+
+
+async def test_a_connection_past_the_limit_is_refused_at_once() -> None:
+    async with serving(max_connections=3) as server:
+        held = [await answered(server) for _ in range(3)]
+        data = await refused_at_once(server)
+        # An answer before the close, for a client that reads: 503, closed, retry later.
+        assert data.startswith(b"HTTP/1.1 503 ")
+        assert b"too_many_connections" in data
+        assert b"retry-after: 1" in data
+        assert b"connection: close" in data
+        assert server.refused == 1
+        # The connections within the limit are served as before.
+        for i, (reader, writer) in enumerate(held):
+            writer.write(get(f"/v1/tables/users/keys/user-{i}"))
+            answer = await read_answer(reader)
+            assert (answer.status, answer.json()["value"]) == (200, {"n": i})
+        metrics = scraped(server)
+        assert "sparkiq_http_connections 3.0" in metrics
+        assert "sparkiq_http_connections_limit 3.0" in metrics
+        assert "sparkiq_http_connections_refused_total 1.0" in metrics
+        # A closed connection makes room for a new one.
+        held.pop()[1].close()
+        deadline = time.monotonic() + 5
+        while len(server.connections) > 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await answered(server)
+        assert server.refused == 1
+        for _, writer in held:
+            writer.close()
+
+
+async def test_refusals_are_logged_at_most_every_ten_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with serving(max_connections=1) as server:
+        _, writer = await answered(server)
+        for _ in range(5):
+            await refused_at_once(server)
+        assert server.refused == 5
+        writer.close()
+        logged = [r for r in caplog.records if "connection limit reached" in r.getMessage()]
+        assert len(logged) == 1
+        assert "1 new connections refused" in logged[0].getMessage()
+
+
+async def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout() -> None:
+    async with serving(header_timeout_s=0.3, idle_timeout_s=30.0) as server:
+        reader, _ = await connect(server)
+        started = time.monotonic()
+        assert await closed_by_server(reader)
+        assert 0.3 <= time.monotonic() - started < 1.0
+        assert server.timeouts["header"] == 1
+        # One that has been answered is idle between requests: the idle timeout's.
+        reader, writer = await answered(server)
+        await asyncio.sleep(0.8)
+        writer.write(get("/v1/tables/users/keys/user-2"))
+        assert (await read_answer(reader)).json()["value"] == {"n": 2}
+        assert server.timeouts == {"header": 1, "idle": 0, "request": 0}
+        assert 'sparkiq_http_connection_timeouts_total{timeout="header"} 1.0' in scraped(server)
+        writer.close()
+
+
+async def test_a_request_begun_is_given_the_request_timeout_not_the_header_timeout() -> None:
+    async with serving(header_timeout_s=0.3, request_timeout_s=1.0) as server:
+        reader, _ = await connect(server)
+        started = time.monotonic()
+        reader_writer = await connect(server)
+        reader_writer[1].write(b"GET /healthz HTTP/1.1\r\nhost: te")  # and nothing more
+        answer = await read_answer(reader_writer[0])
+        assert answer.status == 408
+        assert time.monotonic() - started >= 1.0
+        assert await closed_by_server(reader_writer[0])
+        assert await closed_by_server(reader)  # the silent one went long before
+        assert server.timeouts == {"header": 1, "idle": 0, "request": 1}
+
+
+def test_the_default_connection_limit_follows_the_open_file_limit() -> None:
+    # A quarter of the limit (at least 256) and the listen backlog are kept; at least 128.
+    assert default_max_connections(65_536) == 65_536 - 16_384 - 1024
+    assert default_max_connections(1_048_576) == 1_048_576 - 262_144 - 1024
+    assert default_max_connections(4096) == 4096 - 1024 - 1024
+    assert default_max_connections(2048, backlog=128) == 2048 - 512 - 128
+    assert default_max_connections(1000, backlog=0) == 1000 - FD_RESERVE_MIN
+    assert default_max_connections(1024) == MIN_CONNECTIONS
+    assert default_max_connections(0) == MIN_CONNECTIONS
+    assert default_max_connections(-1) == default_max_connections(1 << 20)  # unlimited
+    limits = range(0, 200_000, 997)
+    defaults = [default_max_connections(n) for n in limits]
+    assert defaults == sorted(defaults)
+    assert all(d <= n - n // 4 - 1024 for n, d in zip(limits, defaults, strict=True) if n > 4096)
+    # What a server takes when none is given: the default of this process's limit.
+    assert connection_limit(None, 1024) == default_max_connections(open_file_limit(), 1024)
+    assert connection_limit(7, 1024) == 7
+
+
+async def test_a_server_without_a_limit_takes_the_default() -> None:
+    async with serving() as server:
+        assert server.max_connections == default_max_connections(open_file_limit())
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard < 0 or hard <= 512:
+        pytest.skip(f"hard open-file limit {hard}: nothing to raise to")
+    code = (
+        "import resource; from sparkiq.http.settings import raise_open_file_limit; "
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard)); "
+        "print(raise_open_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(hard), str(hard)]
+
+
+def test_connection_settings_are_checked() -> None:
+    for bad in (
+        {"max_connections": 0},
+        {"header_timeout_s": 0.0},
+        {"idle_timeout_s": -1.0},
+        {"request_timeout_s": 0.0},
+    ):
+        with pytest.raises(ConfigError):
+            HttpSettings(**bad)  # type: ignore[arg-type]
+
+
+async def test_the_servers_take_the_limit_and_timeouts_from_the_settings() -> None:
+    settings = HttpSettings(
+        max_connections=77, header_timeout_s=2.5, idle_timeout_s=40.0, request_timeout_s=9.0
+    )
+    port = free_port()
+    loop = HttpServer(users_view(port), "127.0.0.1", port, settings)
+    assert loop._loop_server is not None
+    assert loop._loop_server.max_connections == 77
+    assert (loop._loop_server._header_s, loop._loop_server._idle_s) == (2.5, 40.0)
+    assert loop._loop_server._request_s == 9.0
+    # granian: a permit per connection (it stops accepting past it), and its header timeout.
+    granian = HttpServer(users_view(port), "127.0.0.1", port, settings, interface=Interface.ASGI)
+    assert granian._server is not None
+    assert granian._server.backpressure == 77
+    assert granian._server.http1_settings.header_read_timeout == 2500
+    await loop.api.close()
+    await granian.api.close()

@@ -49,3 +49,61 @@ def test_forward_pipeline_depth_reaches_the_http_layer(monkeypatch: pytest.Monke
     assert http_settings(NodeSettings()).pipeline_depth == 1
     with pytest.raises(ValidationError, match="forward_pipeline_depth"):
         NodeSettings(forward_pipeline_depth=0)
+
+
+def test_connection_limit_and_timeouts_reach_the_http_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sparkiq.serving import http_settings
+
+    default = http_settings(NodeSettings())
+    assert default.max_connections is None  # derived from the open-file limit at start
+    assert (default.header_timeout_s, default.idle_timeout_s, default.request_timeout_s) == (
+        10.0,
+        75.0,
+        30.0,
+    )
+    monkeypatch.setenv("SPARKIQ_MAX_CONNECTIONS", "2000")
+    monkeypatch.setenv("SPARKIQ_HEADER_TIMEOUT_S", "2")
+    monkeypatch.setenv("SPARKIQ_IDLE_TIMEOUT_S", "60")
+    monkeypatch.setenv("SPARKIQ_REQUEST_TIMEOUT_S", "5.5")
+    s = http_settings(NodeSettings())
+    assert (s.max_connections, s.header_timeout_s, s.idle_timeout_s, s.request_timeout_s) == (
+        2000,
+        2.0,
+        60.0,
+        5.5,
+    )
+    for name in ("max_connections", "header_timeout_s", "idle_timeout_s", "request_timeout_s"):
+        with pytest.raises(ValidationError, match=name):
+            NodeSettings(**{name: 0})
+
+
+def test_serve_takes_the_connection_options_and_raises_the_open_file_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from sparkiq import cli
+
+    calls: list[str] = []
+    started: list[NodeSettings] = []
+    monkeypatch.setattr(
+        "sparkiq.http.settings.raise_open_file_limit", lambda: calls.append("raise") or 0
+    )
+    monkeypatch.setattr(
+        "sparkiq.serving.run_node", lambda s: (calls.append("run"), started.append(s))
+    )
+    for name in ("SPARKIQ_MAX_CONNECTIONS", "SPARKIQ_HEADER_TIMEOUT_S"):
+        monkeypatch.delenv(name, raising=False)
+    args = ["serve", "--bootstrap-servers", "127.0.0.1:9092", "--auth", "none"]
+    args += ["--max-connections", "2000", "--header-timeout-s", "2"]
+    result = CliRunner().invoke(cli.main, [*args, "--idle-timeout-s", "60"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["raise", "run"]  # the limit is raised before the node derives from it
+    (s,) = started
+    assert (s.max_connections, s.header_timeout_s, s.idle_timeout_s) == (2000, 2.0, 60.0)
+    assert s.request_timeout_s == 30.0
+    refused = CliRunner().invoke(cli.main, [*args[:5], "--max-connections", "0"])
+    assert refused.exit_code == 2
+    assert "--max-connections" in refused.output

@@ -11,9 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkiq.errors import StateDirMismatchError, StoreError
-from sparkiq.store import PartitionStore, StoreRegistry
+from sparkiq.errors import (
+    DiskFull,
+    StateDirLockedError,
+    StateDirMismatchError,
+    StorageFault,
+    StoreError,
+)
+from sparkiq.store import QUARANTINE_DIR, PartitionStore, StoreRegistry, storage_fault
 from sparkiq.tables import Format, TableDef, TableKind
+from tests.faults_support import corrupt_ssts
 
 TABLE = TableDef(name="users", topic="users-changelog", partitions=3)
 
@@ -160,8 +167,100 @@ def test_second_process_handle_on_same_dir_is_refused(
     registry: StoreRegistry, tmp_path: Path
 ) -> None:
     registry.open(TABLE, 0)
-    with pytest.raises(StoreError, match="another --state-dir"):
+    with pytest.raises(StateDirLockedError, match="another process holds its lock"):
         PartitionStore(registry.path_for("users", 0), TABLE, 0)
+
+
+def test_a_second_node_on_one_state_dir_is_refused(tmp_path: Path) -> None:
+    first, second = StoreRegistry(tmp_path / "state"), StoreRegistry(tmp_path / "state")
+    first.lock()
+    with pytest.raises(StateDirLockedError, match="another node is using the state dir"):
+        second.lock()
+    first.unlock()
+    second.lock()  # free again once the first let go
+    second.unlock()
+
+
+# -- storage faults ----------------------------------------------------------------------------
+
+
+def _big_store(registry: StoreRegistry, partition: int = 0, keys: int = 60_000) -> list[bytes]:
+    """A store with several SST files of many blocks, closed; its keys."""
+    store = registry.open(TABLE, partition)
+    names = [f"key-{i:07d}".encode() for i in range(keys)]
+    for start in range(0, keys, 10_000):
+        chunk = names[start : start + 10_000]
+        store.apply([(k, k * 8) for k in chunk], next_offset=start + len(chunk))
+        store.flush()
+        store.write(store.new_batch(), start + len(chunk), wal=False)
+        store.flush()
+    registry.close(TABLE.name, partition)
+    return names
+
+
+def test_a_corrupt_block_fails_the_store_once_and_tells_the_listener(
+    registry: StoreRegistry,
+) -> None:
+    names = _big_store(registry)
+    assert corrupt_ssts(registry.path_for(TABLE.name, 0)) > 0
+    heard: list[tuple[PartitionStore, StorageFault]] = []
+    registry.on_fault = lambda store, fault: heard.append((store, fault))
+    store = registry.open(TABLE, 0)
+    messages = []
+    for name in names:
+        try:
+            store.get(name)
+        except StorageFault as exc:
+            messages.append(str(exc))
+    assert messages, "no read met the overwritten blocks"
+    assert all("Corruption" in m and str(store.path) in m for m in messages), messages[:3]
+    assert len(heard) == 1
+    assert heard[0][0] is store
+    assert store.failed is heard[0][1]
+    with pytest.raises(StorageFault):
+        store.scan(limit=len(names))
+    with pytest.raises(StorageFault):  # nothing more is written to a failed store
+        store.apply([(b"x", b"1")], next_offset=10**6)
+    assert len(heard) == 1
+
+
+def test_a_closed_store_read_is_a_fault_nobody_hears_of(registry: StoreRegistry) -> None:
+    heard: list[object] = []
+    registry.on_fault = lambda store, fault: heard.append(fault)
+    store = registry.open(TABLE, 0)
+    store.apply([(b"a", b"1")], next_offset=1)
+    registry.close(TABLE.name, 0)
+    with pytest.raises(StorageFault, match="closed meanwhile"):
+        store.get(b"a")
+    assert heard == []
+
+
+def test_no_space_left_is_a_disk_full_fault() -> None:
+    path = Path("/state/t/0")
+    full = storage_fault("writing to", path, OSError("IO error: No space left on device"))
+    assert isinstance(full, DiskFull)
+    other = storage_fault("reading", path, OSError("Corruption: block checksum mismatch"))
+    assert type(other) is StorageFault
+    assert "reading the store at /state/t/0 failed: Corruption" in str(other)
+
+
+def test_quarantine_keeps_the_newest_copy_only(registry: StoreRegistry) -> None:
+    kept = []
+    for i in range(3):
+        store = registry.open(TABLE, 1)
+        store.apply([(b"round", str(i).encode())], next_offset=i + 1)
+        registry.close(TABLE.name, 1)
+        aside = registry.quarantine(TABLE.name, 1)
+        assert aside is not None
+        assert aside.parent.name == QUARANTINE_DIR
+        kept.append(aside)
+    assert [p for p in kept if p.exists()] == [kept[-1]]
+    assert not registry.path_for(TABLE.name, 1).exists()
+    assert registry.quarantine(TABLE.name, 1) is None  # nothing left to move
+    assert registry.on_disk() == {}  # quarantined stores are not offered as state
+    registry.open(TABLE, 1)
+    with pytest.raises(StoreError, match="close it first"):
+        registry.quarantine(TABLE.name, 1)
 
 
 # -- writes without the write-ahead log ------------------------------------------------------

@@ -320,10 +320,43 @@ def broker(port: int) -> None:
     default=None,
     help="Single-key reads to one owner pipelined on one connection; 1: none [default: 16].",
 )
+@_env_option(
+    "--max-connections",
+    envvar="SPARKIQ_MAX_CONNECTIONS",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Client connections held open at once; past it a new one is answered 503 and "
+    "closed at once [default: the open-file limit, raised to its hard limit at start, less "
+    "a reserve for Kafka and RocksDB (a quarter, at least 256) and the listen backlog "
+    "(1024); at least 128].",
+)
+@_env_option(
+    "--header-timeout-s",
+    envvar="SPARKIQ_HEADER_TIMEOUT_S",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Close a connection that sends no request within this many seconds [default: 10].",
+)
+@_env_option(
+    "--idle-timeout-s",
+    envvar="SPARKIQ_IDLE_TIMEOUT_S",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Close a keep-alive connection idle this long between requests [default: 75].",
+)
+@_env_option(
+    "--request-timeout-s",
+    envvar="SPARKIQ_REQUEST_TIMEOUT_S",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Answer 408 (and close) a request not fully arrived this long after its first "
+    "bytes [default: 30].",
+)
 def serve(**options: Any) -> None:
     """Run a serving node: join the cluster, restore partitions, answer HTTP queries."""
     from pydantic import ValidationError
 
+    from sparkiq.http.settings import raise_open_file_limit
     from sparkiq.serving import run_node
     from sparkiq.settings import NodeSettings
 
@@ -334,7 +367,14 @@ def serve(**options: Any) -> None:
         settings = NodeSettings(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
         raise click.UsageError(str(exc)) from exc
-    _run(lambda: run_node(settings))
+
+    def start() -> None:
+        # Connections, Kafka clients and RocksDB files all take descriptors: the node may
+        # hold as many as the system lets it (the connection limit's default follows).
+        raise_open_file_limit()
+        run_node(settings)
+
+    _run(start)
 
 
 @main.group()

@@ -83,6 +83,7 @@ def render_cluster(
         f"{'NODE':<28} {'TABLE':<20} {'PART':>4}  {'ROLE':<9} {'STATE':<9} "
         f"{'POSITION':>9} {'END':>9} {'LAG':>7} {'MISPLACED':>9}",
     ]
+    faults: list[str] = []
     for node in meta.get("nodes", []):
         url = node["url"]
         replicas = _local_replicas(url, timeout_s, http)
@@ -101,6 +102,16 @@ def render_cluster(
                 f"{url:<28} {r['table']:<20} {r['partition']:>4}  {role:<9} {r['state']:<9} "
                 f"{r['position']:>9} {r['end']:>9} {r['lag']:>7} {r.get('misplaced', 0):>9}"
             )
+            where = f"{url} {r['table']}[{r['partition']}]"
+            if r.get("fault"):
+                faults.append(f"FAULT: {where}: {r['fault']}")
+            if r.get("rebuilds"):
+                faults.append(
+                    f"REBUILT: {where}: {r['rebuilds']} time(s) from the changelog after a "
+                    "storage fault"
+                )
+    if faults:
+        lines += ["", *faults]
     return "\n".join(lines)
 
 

@@ -10,7 +10,10 @@
     ├── CatalogError           a table definition is missing, invalid or conflicting
     │   └── UnknownTableError
     ├── StoreError             a local store cannot be opened or written
-    │   └── StateDirMismatchError
+    │   ├── StateDirMismatchError
+    │   ├── StateDirLockedError  another process holds the state dir
+    │   └── StorageFault       RocksDB reported corruption or an I/O error: rebuild
+    │       └── DiskFull       no space left: retry once space returns
     └── ClientError            the Python client could not get an answer from any node
 
 Failures of a *query* (absent key, partition restoring, not the owner) are not exceptions:
@@ -62,6 +65,20 @@ class StoreError(SparkiqError):
 
 class StateDirMismatchError(StoreError):
     """A state directory holds data written for another table or partition count."""
+
+
+class StateDirLockedError(StoreError):
+    """Another process (another node) holds the lock of the state directory."""
+
+
+class StorageFault(StoreError):
+    """A store's files failed it: RocksDB reported corruption or an I/O error on a read,
+    a write or at open. The replica is rebuilt from the changelog."""
+
+
+class DiskFull(StorageFault):
+    """A write found no space left on the state dir's device; the store is intact up to its
+    last checkpoint and resumes once space returns."""
 
 
 class ClientError(SparkiqError):

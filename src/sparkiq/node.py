@@ -70,6 +70,9 @@ class Node:
         self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
         self._lag_measured: set[TopicPartition] = set()
         self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
+        # Rebuilds of each local replica when last seen: a rebuilt store starts afresh.
+        self._rebuilds: dict[TopicPartition, int] = {}
+        self._faults_seen = 0  # the restorer's storage faults, when last acted on
         # Replicas whose misplaced count was shared once they had caught up.
         self._misplaced_final: set[TopicPartition] = set()
         self.registry = StoreRegistry(settings.state_dir)
@@ -124,6 +127,9 @@ class Node:
             offset, lag = status.position, status.lag
             if status.state is ReplicaState.ACTIVE:
                 role, ready = ReplicaRole.ACTIVE, True
+            elif status.state is ReplicaState.FAILED:
+                # Its store failed it: never read, never a stand-in, until rebuilt.
+                offset, lag, known = None, None, False
             else:
                 known = self._lag_known(tp, status.position, status.end)
                 if status.state is ReplicaState.RESTORING:
@@ -233,6 +239,33 @@ class Node:
             return None
         if not self._joined:
             return "the node has not joined its group yet"
+        failed = sorted(
+            (tp, st)
+            for tp, st in self.restorer.statuses().items()
+            if st.state is ReplicaState.FAILED and tp in self._map.actives_of(self._url)
+        )
+        if failed:
+            (topic, partition), st = failed[0]
+            what = "has no disk space left" if st.disk_full else "failed a storage check"
+            return (
+                f"the store of partition {partition} of {topic} {what} ({st.fault}); "
+                + (
+                    "it resumes once there is space"
+                    if st.disk_full
+                    else "it is rebuilt from the changelog"
+                )
+                + (f", as are {len(failed) - 1} more" if len(failed) > 1 else "")
+            )
+        rebuilding = [
+            tp
+            for tp, st in self.restorer.statuses().items()
+            if st.rebuilds and st.state is ReplicaState.RESTORING
+        ]
+        if rebuilding:
+            return (
+                f"the node is rebuilding {len(rebuilding)} partition(s) from the changelog "
+                "after a storage fault"
+            )
         return "the node is still restoring its active partitions"
 
     async def changed(self, timeout_s: float) -> None:
@@ -320,6 +353,8 @@ class Node:
                     "end": st.end,
                     "lag": st.lag,
                     "misplaced": st.misplaced,
+                    "fault": st.fault,
+                    "rebuilds": st.rebuilds,
                 }
             )
         return out
@@ -347,13 +382,22 @@ class Node:
                 return
             warmed_up = self._warmup_done()
             unshared = self._misplaced_unshared()
-            if not (warmed_up or unshared):
+            faults = self.restorer.storage_faults
+            faulted = faults != self._faults_seen
+            if not (warmed_up or unshared or faulted):
                 continue
             now, generation = time.monotonic(), self._map.generation
             asked_for = self._rebalance_asked_for
             if rebalance_due(asked_for, self._rebalance_asked_at, generation, now, self._reask_s):
                 self._rebalance_asked_for, self._rebalance_asked_at = generation, now
-                why = "warm-up caught up" if warmed_up else "misplaced records found"
+                if faulted:
+                    # A replica rebuilt from scratch: the others may serve it meanwhile.
+                    self._faults_seen = faults
+                    why = "a local store failed (see above)"
+                elif warmed_up:
+                    why = "warm-up caught up"
+                else:
+                    why = "misplaced records found"
                 if asked_for == generation:
                     log.warning(
                         "node %s: no new generation %.0f s after asking for a rebalance at"
@@ -486,7 +530,15 @@ class Node:
             del self._first_seen[tp]
             self._lag_measured.discard(tp)
             self._followed.discard(tp)
+        for tp in [tp for tp in self._rebuilds if tp not in statuses]:
+            del self._rebuilds[tp]
         for tp, st in statuses.items():
+            if self._rebuilds.get(tp, st.rebuilds) != st.rebuilds:
+                # Rebuilt empty: what was measured or followed before says nothing now.
+                self._first_seen.pop(tp, None)
+                self._lag_measured.discard(tp)
+                self._followed.discard(tp)
+            self._rebuilds[tp] = st.rebuilds
             if tp not in self._first_seen:
                 self._first_seen[tp] = (st.position, st.end)
             if st.state is ReplicaState.STANDBY:

@@ -49,6 +49,7 @@ class PartitionState(StrEnum):
     ACTIVE = "active"
     STANDBY = "standby"
     WARMING = "warming"
+    FAILED = "failed"
 
 
 class RestorerCounts(Protocol):
@@ -62,6 +63,12 @@ class RestorerCounts(Protocol):
 
     @property
     def refetches(self) -> int: ...
+
+    @property
+    def storage_faults(self) -> int: ...
+
+    @property
+    def rebuilds(self) -> int: ...
 
     def statuses(self) -> Mapping[TopicPartition, PartitionStatus]: ...
 
@@ -91,6 +98,8 @@ def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> Par
         return PartitionState.RESTORING
     if status.state is ReplicaState.ACTIVE:
         return PartitionState.ACTIVE
+    if status.state is ReplicaState.FAILED:
+        return PartitionState.FAILED
     return PartitionState.WARMING if status.tp in warming else PartitionState.STANDBY
 
 
@@ -111,7 +120,7 @@ class NodeMetrics(Collector):
 
         partitions = GaugeMetricFamily(
             "sparkiq_partitions",
-            "Local replicas by table and state (restoring, active, standby, warming).",
+            "Local replicas by table and state (restoring, active, standby, warming, failed).",
             labels=("table", "state"),
         )
         lag = GaugeMetricFamily(
@@ -176,6 +185,18 @@ class NodeMetrics(Collector):
             "Partitions fetched again from their store's checkpoint (consumer and store were "
             "out of step, e.g. after a failed write).",
             value=restorer.refetches,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_storage_faults",
+            "Local replicas whose store's files failed them (RocksDB corruption or I/O "
+            "error, a full disk), since the node started.",
+            value=restorer.storage_faults,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_store_rebuilds",
+            "Stores moved aside and rebuilt from the changelog after a storage fault, since "
+            "the node started.",
+            value=restorer.rebuilds,
         )
         yield GaugeMetricFamily(
             "sparkiq_group_generation",

@@ -45,6 +45,10 @@ def http_settings(settings: NodeSettings) -> HttpSettings:
         active_timeout_s=settings.active_timeout_s,
         max_in_flight=settings.max_in_flight,
         pipeline_depth=settings.forward_pipeline_depth,
+        max_connections=settings.max_connections,
+        header_timeout_s=settings.header_timeout_s,
+        idle_timeout_s=settings.idle_timeout_s,
+        request_timeout_s=settings.request_timeout_s,
     )
 
 
@@ -84,6 +88,8 @@ async def serve_node(
     stop = stop if stop is not None else _signal_event()
     auth, tls = auth_config(settings), tls_config(settings)  # fail before anything starts
     node = Node(settings)
+    # One node per state dir: a second one fails here, before it listens or joins.
+    node.registry.lock()
     progress = RestoreProgress()
     metrics = HttpMetrics(access_log=settings.access_log)
     metrics.registry.register(NodeMetrics(node, progress))
@@ -96,7 +102,11 @@ async def serve_node(
         auth=auth,
         tls=tls,
     )
-    await server.start()  # a listen address that cannot be used fails here, unjoined
+    try:
+        await server.start()  # a listen address that cannot be used fails here, unjoined
+    except BaseException:
+        node.registry.unlock()
+        raise
     log.info(
         "node %s: HTTP API on %s, advertised as %s", settings.url, settings.listen, settings.url
     )
@@ -121,6 +131,7 @@ async def serve_node(
                 await step()
             except Exception as exc:
                 log.warning("node %s: error while stopping: %r", settings.url, exc)
+        node.registry.unlock()
         log.info("node %s: stopped", settings.url)
 
 

@@ -107,6 +107,32 @@ class NodeSettings(BaseSettings):
         description="Single-key reads forwarded to one owner in one loop iteration share a "
         "connection, up to this many (HTTP/1.1 pipelining); 1 sends each on its own.",
     )
+    max_connections: int | None = Field(
+        None,
+        ge=1,
+        description="Client connections held open at once (other nodes' included); past it a "
+        "new connection is answered 503 (too_many_connections, Retry-After) and closed at "
+        "once. Default: the open-file limit (raised to its hard limit at start) less a "
+        "reserve for Kafka clients and RocksDB files (a quarter of it, at least 256) and the "
+        "listen backlog (1024), at least 128.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection that sends no request (nor finishes its TLS handshake) "
+        "within this many seconds is closed.",
+    )
+    idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="A keep-alive connection idle this many seconds between requests is closed.",
+    )
+    request_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A request whose head or body has not fully arrived this many seconds "
+        "after its first bytes is answered 408 and its connection closed.",
+    )
     # -- authentication (sparkiq.auth): on as soon as a credential source is given --------
     auth: Literal["none", "required"] | None = Field(
         None,

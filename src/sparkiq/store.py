@@ -34,9 +34,13 @@ replays the rest from Kafka. The checkpoint on disk is never ahead of the data o
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
+import shutil
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 
@@ -50,7 +54,14 @@ from rocksdict import (
     WriteOptions,
 )
 
-from sparkiq.errors import CatalogError, StateDirMismatchError, StoreError
+from sparkiq.errors import (
+    CatalogError,
+    DiskFull,
+    StateDirLockedError,
+    StateDirMismatchError,
+    StorageFault,
+    StoreError,
+)
 from sparkiq.tables import TableDef
 
 log = logging.getLogger(__name__)
@@ -63,6 +74,19 @@ _TABLE_KEY = b"table"
 _MISPLACED_KEY = b"misplaced"
 _IMMUTABLE_MEMTABLES = "rocksdb.num-immutable-mem-table"  # full memtables not yet flushed
 _KEEP_INFO_LOGS = 3  # RocksDB's info logs kept per store: the current one and two old ones
+LOCK_FILE = ".lock"  # in the state dir: held by the one node that uses it
+QUARANTINE_DIR = ".quarantine"  # in the state dir: failed stores, the newest per partition
+
+# Hears of a store whose files failed it (a read, write or flush raised a StorageFault).
+FaultListener = Callable[["PartitionStore", StorageFault], None]
+
+
+def storage_fault(what: str, path: Path, exc: BaseException) -> StorageFault:
+    """The StorageFault (DiskFull for ENOSPC) for RocksDB's error `exc` on `what`."""
+    text = str(exc)
+    full = "No space left" in text or "ENOSPC" in text or "space limit" in text.lower()
+    kind = DiskFull if full else StorageFault
+    return kind(f"{what} the store at {path} failed: {text}")
 
 
 class _Background(Enum):
@@ -148,7 +172,13 @@ def _prefix_end(prefix: bytes) -> bytes | None:
 class PartitionStore:
     """One RocksDB directory holding one changelog partition of one table."""
 
-    def __init__(self, path: Path, table: TableDef, partition: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        table: TableDef,
+        partition: int,
+        on_fault: FaultListener | None = None,
+    ) -> None:
         if not 0 <= partition < table.partitions:
             raise StoreError(
                 f"table {table.name!r} has partitions 0..{table.partitions - 1}, "
@@ -157,14 +187,21 @@ class PartitionStore:
         self.path = path
         self.table = table
         self.partition = partition
-        path.mkdir(parents=True, exist_ok=True)
+        # Set once a read, write or flush found the store's files failing; never cleared
+        # (the restorer replaces a failed store with a rebuilt one).
+        self.failed: StorageFault | None = None
+        self._on_fault = on_fault
         try:
+            path.mkdir(parents=True, exist_ok=True)
             self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
         except Exception as exc:
-            raise StoreError(
-                f"cannot open the store at {path}: {exc}; is another node using the same "
-                "--state-dir? Stop it or pass another --state-dir"
-            ) from exc
+            if "lock" in str(exc).lower() and "LOCK" in str(exc):
+                # The state dir's own lock (StoreRegistry.lock) keeps other nodes out, so this
+                # is another process that opened the store directly.
+                raise StateDirLockedError(
+                    f"cannot open the store at {path}: another process holds its lock ({exc})"
+                ) from exc
+            raise storage_fault("opening", path, exc) from exc
         # Both the column family handle and the column family view keep the database (and
         # its LOCK file) alive until dropped, so `_release` drops them explicitly.
         self._meta_cf: ColumnFamily | None = self._db.get_column_family_handle(_META_CF)
@@ -203,14 +240,40 @@ class PartitionStore:
     # -- reads ------------------------------------------------------------------------------
 
     def get(self, store_key: bytes) -> bytes | None:
-        value: bytes | None = self._db.get(store_key)
+        try:
+            value: bytes | None = self._db.get(store_key)
+        except Exception as exc:
+            raise self._fault("reading", exc) from exc
         return value
 
     def multi_get(self, store_keys: Sequence[bytes]) -> list[bytes | None]:
         if not store_keys:
             return []
-        values = self._db.get(list(store_keys))
+        try:
+            values = self._db.get(list(store_keys))
+        except Exception as exc:
+            raise self._fault("reading", exc) from exc
         return values if values is not None else [None] * len(store_keys)
+
+    def _fault(self, what: str, exc: BaseException) -> StorageFault:
+        """Mark the store failed (once) and tell the listener; the fault to raise.
+
+        A store closed under a reader (its partition moved away) is not a fault of its
+        files: that raises a StorageFault too, so the reader goes elsewhere, but nobody is
+        told.
+        """
+        if self._closed:
+            return StorageFault(f"{what} the store at {self.path}: it was closed meanwhile")
+        fault = storage_fault(what, self.path, exc)
+        if self.failed is None:
+            self.failed = fault
+            listener = self._on_fault
+            if listener is not None:
+                try:
+                    listener(self, fault)
+                except Exception:
+                    log.exception("the storage fault listener failed")
+        return fault
 
     def scan(
         self,
@@ -237,20 +300,26 @@ class PartitionStore:
             start = after
             skip_equal = after
         stop_before = _prefix_end(prefix) if prefix else None
-        it = self._db.iter()
-        it.seek(start)
         out: list[tuple[bytes, bytes]] = []
-        while it.valid():
-            key: bytes = it.key()
-            if hi is not None and key > hi:
-                break
-            if stop_before is not None and key >= stop_before:
-                break
-            if key != skip_equal:
-                out.append((key, it.value()))
-                if len(out) >= limit:
+        try:
+            it = self._db.iter()
+            it.seek(start)
+            while it.valid():
+                key: bytes = it.key()
+                if hi is not None and key > hi:
                     break
-            it.next()
+                if stop_before is not None and key >= stop_before:
+                    break
+                if key != skip_equal:
+                    out.append((key, it.value()))
+                    if len(out) >= limit:
+                        break
+                it.next()
+            # An iterator that stops on a corrupt block is merely not valid any more; its
+            # status says why.
+            it.status()
+        except Exception as exc:
+            raise self._fault("scanning", exc) from exc
         return out
 
     # -- writes -----------------------------------------------------------------------------
@@ -293,13 +362,12 @@ class PartitionStore:
         if misplaced:
             total = self._misplaced + misplaced
             batch.put(_MISPLACED_KEY, total.to_bytes(8, "big"), self._meta_cf)
+        if self.failed is not None:
+            raise self.failed
         try:
             self._db.write(batch, self._wo if wal else self._wo_no_wal)
         except Exception as exc:
-            raise StoreError(
-                f"cannot write to the store at {self.path}: {exc}; check free disk space and "
-                "permissions of the --state-dir"
-            ) from exc
+            raise self._fault("writing to", exc) from exc
         if not wal:
             self._unflushed = True
         self._writes += 1
@@ -345,10 +413,7 @@ class PartitionStore:
             self._meta.flush(True)
             self._background = _Background.IDLE
         except Exception as exc:
-            raise StoreError(
-                f"cannot flush the store at {self.path}: {exc}; check free disk space and "
-                "permissions of the --state-dir"
-            ) from exc
+            raise self._fault("flushing", exc) from exc
         self._unflushed = False
 
     @property
@@ -382,8 +447,13 @@ class PartitionStore:
 
     def _release(self) -> None:
         self._meta_cf = None
-        self._meta.close()
-        self._db.close()
+        # A store whose disk failed may fail to close too; its handles are dropped all the
+        # same, which is what makes RocksDB let go of its LOCK (so it can be opened again).
+        with contextlib.suppress(Exception):
+            self._meta.close()
+        with contextlib.suppress(Exception):
+            self._db.close()
+        del self._meta, self._db  # reads after this raise, and are told it was closed
 
     def __repr__(self) -> str:
         return (
@@ -421,13 +491,50 @@ def read_store_meta(path: Path) -> tuple[TableDef | None, int | None]:
 
 
 class StoreRegistry:
-    """A node's state dir: opens, caches and closes its partition stores."""
+    """A node's state dir: opens, caches and closes its partition stores.
+
+    `lock()` makes the state dir this process's alone (another node started on it fails at
+    once); `on_fault` hears of every store whose files fail it; `quarantine` moves a failed
+    store's directory aside so the partition can be rebuilt in its place.
+    """
 
     def __init__(self, state_dir: Path | str) -> None:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._open: dict[tuple[str, int], PartitionStore] = {}
         self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self.on_fault: FaultListener | None = None
+
+    def lock(self) -> None:
+        """Hold the state dir's lock until `unlock` (or the process ends).
+
+        StateDirLockedError if another process holds it: two nodes must never share one
+        state dir.
+        """
+        if self._lock_fd is not None:
+            return
+        path = self.state_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateDirLockedError(
+                f"another node is using the state dir {self.state_dir} (it holds {path}); "
+                "stop it or pass another --state-dir"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
 
     def path_for(self, table_name: str, partition: int) -> Path:
         return self.state_dir / table_name / str(partition)
@@ -441,9 +548,44 @@ class StoreRegistry:
                 if not _compatible(store.table, table):
                     raise _mismatch(store.path, store.table, table)
                 return store
-            store = PartitionStore(self.path_for(table.name, partition), table, partition)
+            store = PartitionStore(
+                self.path_for(table.name, partition), table, partition, self._fault
+            )
             self._open[key] = store
             return store
+
+    def _fault(self, store: PartitionStore, fault: StorageFault) -> None:
+        listener = self.on_fault
+        if listener is not None:
+            listener(store, fault)
+
+    def quarantine(self, table_name: str, partition: int) -> Path | None:
+        """Move the (closed) store directory of (table, partition) aside; its new path.
+
+        It goes to `<state dir>/.quarantine/<table>.<partition>.<ms>`, for inspection; older
+        copies of the same partition are removed, so failures do not fill the disk. None
+        when there was no directory.
+        """
+        with self._lock:
+            if (table_name, partition) in self._open:
+                raise StoreError(f"the store of {table_name}[{partition}] is open; close it first")
+        source = self.path_for(table_name, partition)
+        if not source.exists():
+            return None
+        aside = self.state_dir / QUARANTINE_DIR
+        aside.mkdir(exist_ok=True)
+        stem = f"{table_name}.{partition}."
+        for old in aside.iterdir():
+            if old.name.startswith(stem) and old.name[len(stem) :].isdigit():
+                shutil.rmtree(old, ignore_errors=True)
+        target = aside / f"{stem}{int(time.time() * 1000)}"
+        try:
+            source.rename(target)
+        except OSError:
+            # Not even a rename works here: drop the directory instead.
+            shutil.rmtree(source, ignore_errors=True)
+            return None
+        return target
 
     def get(self, table_name: str, partition: int) -> PartitionStore | None:
         """The store of (table, partition) if it is open."""
@@ -475,7 +617,7 @@ class StoreRegistry:
         if not self.state_dir.is_dir():
             return found
         for table_dir in sorted(self.state_dir.iterdir()):
-            if not table_dir.is_dir():
+            if not table_dir.is_dir() or table_dir.name == QUARANTINE_DIR:
                 continue
             for part_dir in sorted(table_dir.iterdir()):
                 if not (part_dir.is_dir() and part_dir.name.isdigit()):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
-from sparkiq.errors import FormatError
+from sparkiq.errors import FormatError, StorageFault
 from sparkiq.http import failover, fanout
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
@@ -149,16 +149,60 @@ class HttpApi:
                 method, path, query, headers, body, identity
             )
         except Exception as exc:
-            response, outcome = self.error_answer(method, path, exc)
+            if path.startswith("/v1/tables/"):
+                endpoint = _endpoint_of(path)
+            if not self.read_raised(method, path, exc):
+                response, outcome = self.error_answer(method, path, exc)
+            else:
+                # The failed replica is marked (a StorageFault) or the error was passing: the
+                # request is answered again, and goes where the view now says.
+                try:
+                    endpoint, response, outcome = await self._dispatch(
+                        method, path, query, headers, body, identity
+                    )
+                except Exception as again:
+                    response, outcome = self.error_answer(method, path, again)
         self.metrics.observe(endpoint, outcome, response.status, time.perf_counter() - started)
         return response
 
+    def read_raised(self, method: str, path: str, exc: Exception) -> bool:
+        """Whether a read of a table that raised `exc` is to be answered once more: counted
+        and logged here. Not for a value that does not decode (the producer's data: the
+        same again) nor outside the table endpoints."""
+        if isinstance(exc, FormatError) or not path.startswith("/v1/tables/"):
+            return False
+        endpoint = _endpoint_of(path)
+        if isinstance(exc, StorageFault):
+            self.metrics.read_failed(endpoint, "storage")
+            log.warning(
+                "a read of %s %s hit a storage fault (%s); answering again", method, path, exc
+            )
+        else:
+            self.metrics.read_failed(endpoint, "unexpected")
+            log.error("unexpected error reading %s %s; answering again", method, path, exc_info=exc)
+        return True
+
     def error_answer(self, method: str, path: str, exc: Exception) -> Answer:
-        """The 500 for an exception that escaped answering `method path` (logged here)."""
+        """The answer to an exception that escaped answering `method path` (logged here).
+
+        A read of a table never answers 500 for its node's own state: a storage fault, or an
+        error that repeats when the read is answered again, is a 503 with Retry-After (the
+        caller, or its client, asks another replica).
+        """
         if isinstance(exc, FormatError):
             # A stored value that does not decode: the producer's data, not the caller's input.
             log.warning("cannot render an answer to %s %s: %s", method, path, exc)
             return error_response(500, EdgeCode.UNDECODABLE, str(exc)), Outcome.ERROR
+        if path.startswith("/v1/tables/"):
+            if not isinstance(exc, StorageFault):
+                log.error("unexpected error answering %s %s", method, path, exc_info=exc)
+            failure = Failure(
+                FailureReason.UNAVAILABLE,
+                f"{self.view.url} could not read its replica ({type(exc).__name__}); "
+                "retry, or ask another node",
+                retry_after_s=float(self.settings.retry_after_s),
+            )
+            return failure_response(failure), Outcome.ERROR
         # A bug, not bad input: bad input is answered as a Failure before it gets here.
         log.error("unexpected error answering %s %s", method, path, exc_info=exc)
         response = error_response(
@@ -460,6 +504,16 @@ class HttpApi:
 
     def _metrics(self) -> Response:
         return Response(200, self.metrics.render(), (("content-type", METRICS_CONTENT_TYPE),))
+
+
+def _endpoint_of(path: str) -> str:
+    """The metrics name of a table endpoint from its raw path."""
+    parts = path.split("/")
+    if len(parts) == 6:
+        return "key"
+    if len(parts) == 5:
+        return parts[4].replace("-", "_")
+    return parts[6] if len(parts) == 7 else "tables"
 
 
 def _no_fixed_placement(table: TableDef, endpoint: str) -> Failure:

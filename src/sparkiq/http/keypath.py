@@ -215,7 +215,10 @@ class KeyPath(Beyond):
                     return self._probe(path, hops, budget, started, tp, key, everywhere)
                 response, outcome = everywhere
         except Exception as exc:
-            response, outcome = self._api.error_answer("GET", path.decode("latin-1"), exc)
+            text = path.decode("latin-1")
+            if self._api.read_raised("GET", text, exc):
+                return None  # answered again by the generic path, where the view now says
+            response, outcome = self._api.error_answer("GET", text, exc)
         # `_observed`, written out: this is every local lookup's path.
         elapsed = time.perf_counter() - started
         if isinstance(response, bytes):
@@ -247,23 +250,37 @@ class KeyPath(Beyond):
         single-partition read goes through (`HttpApi.answer_from_replica`), which forwards
         the raw path and passes the owner's status and body bytes back as they are, or
         waits. `asked`: what the owner answered `forward_now` already."""
-        api = self._api
         try:
-            if pending.absent_here:
-                response, outcome = await self._elsewhere(pending, asked)
-            else:
-                response, outcome = await api.answer_from_replica(
-                    pending.tp, pending.call, pending.read, pending.found, asked
-                )
-                if is_absent(response) and fanout.looks_everywhere(
-                    api, pending.key[0], pending.call
-                ):
-                    further = self._further(pending)
-                    response, outcome = further or await self._elsewhere(pending)
+            response, outcome = await self._settle_pending(pending, pending.found, asked)
         except Exception as exc:
-            response, outcome = self._api.error_answer("GET", pending.path.decode("latin-1"), exc)
+            text = pending.path.decode("latin-1")
+            if not self._api.read_raised("GET", text, exc):
+                response, outcome = self._api.error_answer("GET", text, exc)
+            else:
+                # Again, without what was found before: the view now says where to read.
+                try:
+                    response, outcome = await self._settle_pending(pending, None, None)
+                except Exception as again:
+                    response, outcome = self._api.error_answer("GET", text, again)
         self._observe("key", outcome, response.status, time.perf_counter() - pending.started)
         return response
+
+    async def _settle_pending(
+        self,
+        pending: Pending,
+        found: str | Failure | None,
+        asked: Response | Unreachable | None,
+    ) -> tuple[Response, Outcome]:
+        api = self._api
+        if pending.absent_here:
+            return await self._elsewhere(pending, asked)
+        response, outcome = await api.answer_from_replica(
+            pending.tp, pending.call, pending.read, found, asked
+        )
+        if is_absent(response) and fanout.looks_everywhere(api, pending.key[0], pending.call):
+            further = self._further(pending)
+            response, outcome = further or await self._elsewhere(pending)
+        return response, outcome
 
     def forward_now(
         self,

@@ -11,12 +11,20 @@ pipelining).
 
 What a connection does:
 - keep-alive as HTTP/1.1 says (`Connection: close`, HTTP/1.0 without keep-alive: close after
-  the answer); an idle connection is closed after `idle_timeout_s`, a request whose head or
-  body has not arrived within `request_timeout_s` gets 408 and the connection closes;
+  the answer); a connection that sends nothing is closed after `header_timeout_s`, one idle
+  between requests after `idle_timeout_s`, and a request whose head or body has not arrived
+  within `request_timeout_s` gets 408 and the connection closes (one sweep checks them all,
+  a few times per shortest timeout: nothing is timed per request);
 - the raw request target is kept as sent, so keys may hold any character ("%2F" included);
 - a body over `HttpSettings.max_body_bytes` (declared or counted) gets 413 and the connection
   closes; a request httptools cannot parse gets 400 and the connection closes;
 - reading pauses while the transport's write buffer is full or too many requests wait.
+
+Past `max_connections` open connections, a new one is answered 503 (`too_many_connections`,
+with Retry-After) and closed as it is accepted: its client fails at once instead of waiting
+in the listen queue, and the node's descriptors stay bounded (`LoopServer.refuse`). Counting
+happens when a connection opens and closes, never per request. With TLS a connection counts
+once its handshake is done; the handshake itself must end within `header_timeout_s`.
 
 The plain lane: most lookups arrive as one read holding one `GET <path> HTTP/1.1` whose headers
 are only of the kind nothing here reads (Host, User-Agent, Accept...). Such a read is
@@ -36,12 +44,14 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import cast
 
 import httptools
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from sparkiq.auth import Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
@@ -50,7 +60,13 @@ from sparkiq.http.api import HttpApi
 from sparkiq.http.keyread import Pending
 from sparkiq.http.requestid import ID_PATTERN, REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import JSON_HEADERS, Response, error_response
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+from sparkiq.http.settings import (
+    BUDGET_HEADER,
+    HOPS_HEADER,
+    connection_limit,
+    default_max_connections,
+    open_file_limit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +83,8 @@ _API_KEY = API_KEY_HEADER.encode()
 _CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _INTERNAL = error_response(500, "internal", "internal error; the node logged the details")
+# Refused connections are logged at most once per this many seconds.
+_REFUSAL_LOG_EVERY_S = 10.0
 
 # The plain lane (module docstring). A target the lane may take is printable ASCII without
 # spaces or a query (a query goes to the generic path, which reads it): this table maps
@@ -204,7 +222,8 @@ class _Connection(asyncio.Protocol):
         self._out: list[bytes] = []  # answers written since the last flush
         self._paused_reading = False
         self._paused_writing = False
-        self.last_active = time.monotonic()
+        # When the connection last read or sent anything; `opened` until it does.
+        self.last_active = self.opened = time.monotonic()
         self.started: float | None = None  # when the request being received began
 
     # -- transport callbacks -----------------------------------------------------------------
@@ -212,7 +231,12 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport, but have its methods.
         self._transport = cast(asyncio.Transport, transport)
-        self._server.connections.add(self)
+        server = self._server
+        if len(server.connections) >= server.max_connections:
+            self._closing = True
+            server.refuse(self._transport)
+            return
+        server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -622,17 +646,27 @@ class _Connection(asyncio.Protocol):
             if self._transport is not None and not self._out:
                 self._transport.close()
 
-    def check_timeouts(self, now: float, idle_s: float, request_s: float) -> None:
-        """Close an idle connection; 408 for a request that does not arrive in time."""
-        if self._task is not None or self._queue:
-            return
+    def check_timeouts(
+        self, now: float, header_s: float, idle_s: float, request_s: float
+    ) -> str | None:
+        """Close a connection that never sent anything, or is idle; 408 for a request that
+        does not arrive in time. Which timeout struck ("header", "idle", "request"), if any."""
+        if self._task is not None or self._queue or self._out or self._closing:
+            return None  # answering, or about to send an answer
         if self.started is not None:
             if now - self.started > request_s:
                 message = f"the request did not arrive within {request_s:g} s"
                 response = error_response(408, "request_timeout", message)
                 self._write(response, keep_alive=False, with_id=False)
+                return "request"
+        elif self.last_active == self.opened:  # nothing read or sent yet
+            if now - self.opened > header_s:
+                self.close()
+                return "header"
         elif now - self.last_active > idle_s:
             self.close()
+            return "idle"
+        return None
 
     def _pause_reading(self) -> None:
         if not self._paused_reading and self._transport is not None:
@@ -670,8 +704,13 @@ def _status_line(status: int) -> bytes:
     return line if line is not None else b"HTTP/1.1 %d \r\n" % status
 
 
-class LoopServer:
-    """The HTTP API served by asyncio protocols in the running loop."""
+class LoopServer(Collector):
+    """The HTTP API served by asyncio protocols in the running loop.
+
+    `max_connections` (None: `default_max_connections` of the open-file limit) bounds the
+    connections open at once; the timeouts are `HttpSettings`'. While it serves, its
+    connection series are in the API's metrics registry (`collect`).
+    """
 
     def __init__(
         self,
@@ -681,6 +720,8 @@ class LoopServer:
         *,
         ssl_context: ssl.SSLContext | None = None,
         backlog: int = 1024,
+        max_connections: int | None = None,
+        header_timeout_s: float = 10.0,
         idle_timeout_s: float = 75.0,
         request_timeout_s: float = 30.0,
     ) -> None:
@@ -688,13 +729,24 @@ class LoopServer:
         self.host = host
         self.port = port
         self.connections: set[_Connection] = set()
+        self.max_connections = connection_limit(max_connections, backlog)
+        self.refused = 0  # connections refused past `max_connections`
+        self.timeouts = {"header": 0, "idle": 0, "request": 0}  # connections each closed
         self._ssl = ssl_context
         self._backlog = backlog
+        self._header_s = header_timeout_s
         self._idle_s = idle_timeout_s
         self._request_s = request_timeout_s
+        # A few sweeps per shortest timeout, at most one a second.
+        shortest = min(header_timeout_s, idle_timeout_s, request_timeout_s)
+        self._sweep_s = min(1.0, max(0.05, shortest / 4))
+        self._refusal = _refusal(self.max_connections)
+        self._refused_logged = 0  # `refused` when it was last logged
+        self._refusal_logged_at = -_REFUSAL_LOG_EVERY_S
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._flushing: list[_Connection] = []
+        self._registered = False
 
     def to_flush(self, connection: _Connection) -> None:
         """Send `connection`'s answers at the end of this loop iteration.
@@ -719,8 +771,52 @@ class LoopServer:
             ssl=self._ssl,
             backlog=self._backlog,
             reuse_address=True,
+            # An unfinished TLS handshake is a connection that has sent no request yet.
+            ssl_handshake_timeout=self._header_s if self._ssl is not None else None,
         )
         self._sweeper = loop.create_task(self._sweep())
+        if not self._registered:
+            self.api.metrics.registry.register(self)
+            self._registered = True
+        files = open_file_limit()
+        log.info(
+            "HTTP on %s:%d: at most %d connections (open-file limit %s)",
+            self.host,
+            self.port,
+            self.max_connections,
+            files if files >= 0 else "unlimited",
+        )
+        if self.max_connections > default_max_connections(files, self._backlog):
+            log.warning(
+                "max_connections %d leaves too few of the %d open files the process may hold "
+                "for Kafka, RocksDB and bursts of new connections: raise the limit "
+                "(ulimit -n, LimitNOFILE=) or lower max_connections",
+                self.max_connections,
+                files,
+            )
+
+    def refuse(self, transport: asyncio.Transport) -> None:
+        """Answer a connection past `max_connections` 503 and close it; count it, and log
+        (at most every `_REFUSAL_LOG_EVERY_S`)."""
+        transport.write(self._refusal)
+        transport.close()
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= _REFUSAL_LOG_EVERY_S:
+            # Not any request's: the id the last request on the loop left must not show.
+            token = REQUEST_ID.set(None)
+            try:
+                log.warning(
+                    "HTTP connection limit reached: %d open (max_connections %d); %d new "
+                    "connections refused since the last report",
+                    len(self.connections),
+                    self.max_connections,
+                    self.refused - self._refused_logged,
+                )
+            finally:
+                REQUEST_ID.reset(token)
+            self._refusal_logged_at = now
+            self._refused_logged = self.refused
 
     async def stop(self) -> None:
         """Stop accepting and close every connection (requests in flight are cancelled)."""
@@ -735,6 +831,9 @@ class LoopServer:
             for connection in list(self.connections):
                 connection.close()
             await server.wait_closed()
+        if self._registered:
+            self.api.metrics.registry.unregister(self)
+            self._registered = False
 
     def _flush(self) -> None:
         connections, self._flushing = self._flushing, []
@@ -743,8 +842,52 @@ class LoopServer:
             connection.flush(now)
 
     async def _sweep(self) -> None:
+        timeouts = self.timeouts
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self._sweep_s)
             now = time.monotonic()
             for connection in list(self.connections):
-                connection.check_timeouts(now, self._idle_s, self._request_s)
+                struck = connection.check_timeouts(
+                    now, self._header_s, self._idle_s, self._request_s
+                )
+                if struck is not None:
+                    timeouts[struck] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The connection series, read when /metrics is fetched."""
+        yield GaugeMetricFamily(
+            "sparkiq_http_connections", "HTTP connections open.", len(self.connections)
+        )
+        yield GaugeMetricFamily(
+            "sparkiq_http_connections_limit",
+            "HTTP connections the node holds open at most (max_connections).",
+            self.max_connections,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_http_connections_refused",
+            "HTTP connections refused (503, closed at once) past max_connections.",
+            self.refused,
+        )
+        closed = CounterMetricFamily(
+            "sparkiq_http_connection_timeouts",
+            "HTTP connections closed by a timeout: header (sent nothing), idle (between "
+            "requests), request (408: a request that did not arrive in time).",
+            labels=("timeout",),
+        )
+        for timeout, n in self.timeouts.items():
+            closed.add_metric((timeout,), n)
+        yield closed
+
+
+def _refusal(limit: int) -> bytes:
+    """What a connection past the limit is sent before it is closed."""
+    message = f"this node holds its limit of {limit} connections; retry shortly"
+    response = error_response(503, "too_many_connections", message)
+    head = _status_line(503) + b"".join(
+        f"{name}: {value}\r\n".encode("latin-1") for name, value in response.headers
+    )
+    return (
+        head
+        + b"content-length: %d\r\nretry-after: 1\r\nconnection: close\r\n\r\n" % len(response.body)
+        + response.body
+    )

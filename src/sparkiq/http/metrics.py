@@ -110,6 +110,7 @@ class HttpMetrics(Collector):
         self._requests: dict[tuple[str, Outcome, int], _Slot] = {}
         self._latency: dict[tuple[str, Outcome], _Latency] = {}
         self._forward_errors: dict[tuple[ForwardError, str], int] = {}
+        self._read_errors: dict[tuple[str, str], int] = {}
         self._access_log = access_log
         self.observe: Observe = self._count_and_log if access_log else self._count
         self.registry.register(self)
@@ -126,6 +127,15 @@ class HttpMetrics(Collector):
         """Count a forward to another node that got no answer."""
         key = (forward_error(unreachable), unreachable.url)
         self._forward_errors[key] = self._forward_errors.get(key, 0) + 1
+
+    def read_failed(self, endpoint: str, kind: str) -> None:
+        """Count a read that raised (`kind`: storage, or unexpected) and was answered again."""
+        key = (endpoint, kind)
+        self._read_errors[key] = self._read_errors.get(key, 0) + 1
+
+    def read_errors(self, kind: str | None = None) -> int:
+        """Reads that raised so far (optionally of one kind)."""
+        return sum(n for (_, k), n in self._read_errors.items() if kind in (None, k))
 
     def forward_errors(self, reason: ForwardError | None = None) -> int:
         """Forwards that got no answer so far (optionally for one reason)."""
@@ -196,6 +206,15 @@ class HttpMetrics(Collector):
         for (reason, target), n in sorted(self._forward_errors.items()):
             errors.add_metric((reason.value, target), n)
         yield errors
+        reads = CounterMetricFamily(
+            "sparkiq_read_errors",
+            "Reads that raised on this node (kind storage: a local store failed; unexpected: "
+            "anything else) and were answered again by another replica, or 503.",
+            labels=("endpoint", "kind"),
+        )
+        for (endpoint, kind), n in sorted(self._read_errors.items()):
+            reads.add_metric((endpoint, kind), n)
+        yield reads
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -146,6 +146,13 @@ def document(settings: HttpSettings | None = None) -> dict[str, object]:
                 "node is started with authentication; `/healthz`, `/readyz`, `/metrics` and "
                 "this document are open unless the node is started with `--protect-ops`. Limits "
                 "given below (key size, page size, multi-get keys, body size) are this node's."
+                "\n\n"
+                "Connections (HTTP/1.1, keep-alive): one that sends no request within "
+                f"{s.header_timeout_s:g} s is closed, one idle between requests after "
+                f"{s.idle_timeout_s:g} s, and a request whose head or body has not fully "
+                f"arrived {s.request_timeout_s:g} s after its first bytes is answered 408. Past "
+                f"the node's connection limit{_limit(s)}, a new connection is answered 503 "
+                "with code `too_many_connections` and `Retry-After`, and closed."
             ),
         },
         "servers": [{"url": "/", "description": "any serving node"}],
@@ -158,6 +165,13 @@ def document(settings: HttpSettings | None = None) -> dict[str, object]:
         "paths": _paths(s),
         "components": _components(s),
     }
+
+
+def _limit(s: HttpSettings) -> str:
+    """The connection limit as the description gives it (none set: from the open-file limit)."""
+    if s.max_connections is None:
+        return " (derived from its open-file limit)"
+    return f" ({s.max_connections} connections)"
 
 
 def _paths(s: HttpSettings) -> JsonObject:

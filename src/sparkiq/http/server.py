@@ -6,6 +6,10 @@ does everything, and a local key lookup is answered without a task. `asgi` and `
 granian's embedded server, which does the socket and HTTP/1.1 work in a Rust thread and calls
 the app on the caller's loop; they cost a thread hand-over per request (BENCHMARKS.md). Every
 interface shares the loop, the view and the connection pool of its node.
+The connection limit and the timeouts are `HttpSettings`': `loop` applies them all (a
+connection past the limit is refused at once); granian's interfaces get the limit as their
+`backpressure` (they stop accepting past it) and the header timeout as their HTTP/1 header
+read timeout, and have no idle or request timeout to set.
 `HttpServer.start()` returns once the port accepts connections; `stop()` stops accepting,
 lets the server wind down, and closes the forwarding pool.
 """
@@ -19,6 +23,7 @@ from enum import StrEnum
 from types import TracebackType
 
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings
 from granian.server.embed import Server
 
 from sparkiq.auth import AuthConfig
@@ -29,7 +34,7 @@ from sparkiq.http.forward import Forwarder
 from sparkiq.http.loopserver import LoopServer
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.rsgi import RsgiApp
-from sparkiq.http.settings import HttpSettings
+from sparkiq.http.settings import HttpSettings, connection_limit
 from sparkiq.http.tls import TlsConfig
 from sparkiq.http.view import NodeView
 
@@ -78,6 +83,7 @@ class HttpServer:
         self._loop_server: LoopServer | None = None
         self._server: Server | None = None
         self._task: asyncio.Task[None] | None = None
+        s = self.api.settings
         if interface is Interface.LOOP:
             self._loop_server = LoopServer(
                 self.api,
@@ -85,6 +91,10 @@ class HttpServer:
                 port,
                 ssl_context=tls.server_context() if tls is not None else None,
                 backlog=backlog,
+                max_connections=s.max_connections,
+                header_timeout_s=s.header_timeout_s,
+                idle_timeout_s=s.idle_timeout_s,
+                request_timeout_s=s.request_timeout_s,
             )
             return
         target: AsgiApp | RsgiApp
@@ -102,6 +112,12 @@ class HttpServer:
             websockets=False,
             log_enabled=False,
             backlog=backlog,
+            # Connections served at once (granian takes a permit per connection before it
+            # accepts one: past the limit, new ones wait in the listen queue).
+            backpressure=connection_limit(s.max_connections, backlog),
+            http1_settings=HTTP1Settings(
+                header_read_timeout=max(1, round(s.header_timeout_s * 1000))
+            ),
             ssl_cert=tls.cert_file if tls is not None else None,
             ssl_key=tls.key_file if tls is not None else None,
             ssl_key_password=tls.key_password if tls is not None else None,

@@ -1,11 +1,16 @@
-"""Settings of the HTTP layer: request budget, hop limit, size limits, connection pool.
+"""Settings of the HTTP layer: request budget, hop limit, size limits, connection pool,
+connection limit and timeouts.
 
 One frozen value, built by the node from its own settings. Every field is documented here
 because it is also what an operator tunes.
+
+The connection limit (`max_connections`) defaults to what the process's open-file limit
+leaves once a reserve is kept for everything else the node opens (`default_max_connections`).
 """
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 
 from sparkiq.errors import ConfigError
@@ -59,6 +64,20 @@ class HttpSettings:
     pipeline_depth: int = 16
     # Requests one node answers at once (forwarded ones included); past it: 429 + Retry-After.
     max_in_flight: int = 512
+    # Client connections held open at once (other nodes' forwarding connections included);
+    # past it a new connection is answered 503 (`too_many_connections`, Retry-After) and
+    # closed at once. None: `default_max_connections` of the open-file limit when the server
+    # starts. The `loop` interface refuses; granian's (`asgi`, `rsgi`) stop accepting instead
+    # (its `backpressure`), so a connection past the limit waits in the listen queue.
+    max_connections: int | None = None
+    # A connection that has sent nothing (no request begun) is closed after this long; with
+    # granian, its HTTP/1 header read timeout.
+    header_timeout_s: float = 10.0
+    # A keep-alive connection idle this long between requests is closed (`loop` interface).
+    idle_timeout_s: float = 75.0
+    # A request whose head or body has not fully arrived this long after its first bytes is
+    # answered 408 and its connection closed (`loop` interface).
+    request_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.budget_s <= 0:
@@ -79,3 +98,63 @@ class HttpSettings:
             raise ConfigError(f"pool_per_host must be >= 1, got {self.pool_per_host}")
         if self.pipeline_depth < 1:
             raise ConfigError(f"pipeline_depth must be >= 1, got {self.pipeline_depth}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
+        for name in ("header_timeout_s", "idle_timeout_s", "request_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+# -- the connection limit's default ---------------------------------------------------------
+
+# Open files kept for everything but client connections: the Kafka clients' broker
+# connections (catalog reader, restorer, offset probes, group member), RocksDB's table files
+# (a store keeps every SST file it has open), the forwarding pool's connections to other
+# nodes, logs. A quarter of the limit, and never less than this:
+FD_RESERVE_MIN = 256
+# A connection limit never set below this, however low the open-file limit (a node that
+# cannot hold this many has to have its limit raised: ulimit -n, LimitNOFILE=).
+MIN_CONNECTIONS = 128
+# RLIM_INFINITY is taken as Linux's default ceiling on open files (fs.nr_open).
+_UNLIMITED_FILES = 1 << 20
+
+
+def default_max_connections(open_files: int, backlog: int = 1024) -> int:
+    """The connection limit a node with an open-file limit of `open_files` (RLIMIT_NOFILE's
+    soft limit; negative: unlimited) and a listen backlog of `backlog` takes by default.
+
+    What the limit leaves after the reserve (`FD_RESERVE_MIN`, or a quarter of the limit if
+    more) and the backlog: the event loop accepts every connection waiting in the listen
+    queue in one turn, before any of them is counted (and refused), so up to `backlog`
+    connections can hold a descriptor beyond the limit for a moment. At least
+    `MIN_CONNECTIONS`. E.g. 65,536 open files -> 48,128 connections; 1,024 -> 128.
+    """
+    if open_files < 0 or open_files > _UNLIMITED_FILES:
+        open_files = _UNLIMITED_FILES
+    reserve = max(FD_RESERVE_MIN, open_files // 4)
+    return max(MIN_CONNECTIONS, open_files - reserve - backlog)
+
+
+def open_file_limit() -> int:
+    """This process's open-file limit (RLIMIT_NOFILE's soft limit; -1: unlimited)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's open-file soft limit to its hard limit, as far as the system
+    lets it; the soft limit now. (Go programs and the JVM do the same at start.)"""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if 0 <= hard <= _UNLIMITED_FILES else _UNLIMITED_FILES
+    if 0 <= soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft  # e.g. macOS, whose unlimited hard limit is not one setrlimit takes
+    return open_file_limit()
+
+
+def connection_limit(max_connections: int | None, backlog: int) -> int:
+    """`max_connections` if set, else the default for this process's open-file limit."""
+    if max_connections is not None:
+        return max_connections
+    return default_max_connections(open_file_limit(), backlog)

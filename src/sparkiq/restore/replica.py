@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sparkiq.errors import DiskFull, StorageFault
 from sparkiq.restore.batches import StoreKeyFn, store_key_fn
 from sparkiq.store import PartitionStore
 from sparkiq.tables import TableDef
@@ -17,6 +18,8 @@ class ReplicaState(StrEnum):
     RESTORING = "restoring"  # active role, catching up to the end seen at assignment
     ACTIVE = "active"  # active role, caught up: serves reads
     STANDBY = "standby"  # follows the changelog; may answer reads within a lag bound
+    FAILED = "failed"  # its store's files failed it: never read; rebuilt (or, for a full
+    # disk, reopened) by the restorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,9 @@ class PartitionStatus:
     end: int  # true end offset last seen
     lag: int  # end - position, >= 0
     misplaced: int = 0  # records stored here that the table's partitioner puts elsewhere
+    fault: str | None = None  # why it is FAILED
+    disk_full: bool = False  # FAILED for want of disk space: resumes once there is some
+    rebuilds: int = 0  # times this node rebuilt the partition's store from the changelog
 
 
 class Replica:
@@ -41,11 +47,13 @@ class Replica:
 
     __slots__ = (
         "end",
+        "fault",
         "is_active",
         "key_fn",
         "measuring",
         "misplaced_logged",
         "position",
+        "rebuilds",
         "role_epoch",
         "skipped",
         "state",
@@ -69,6 +77,8 @@ class Replica:
         self.is_active = False
         self.state = ReplicaState.STANDBY
         self.skipped = 0
+        self.fault: StorageFault | None = None  # set while FAILED
+        self.rebuilds = 0
 
     @property
     def wal(self) -> bool:
@@ -86,9 +96,34 @@ class Replica:
         if active == self.is_active:
             return
         self.is_active = active
-        self.state = ReplicaState.RESTORING if active else ReplicaState.STANDBY
+        if self.state is not ReplicaState.FAILED:
+            self.state = self._fresh_state()
         self.target = None
         self.role_epoch += 1
+
+    def _fresh_state(self) -> ReplicaState:
+        return ReplicaState.RESTORING if self.is_active else ReplicaState.STANDBY
+
+    def fail(self, fault: StorageFault) -> bool:
+        """Mark the replica FAILED by `fault`; False if it was already."""
+        if self.state is ReplicaState.FAILED:
+            return False
+        self.state = ReplicaState.FAILED
+        self.fault = fault
+        return True
+
+    def replace_store(self, store: PartitionStore, *, rebuilt: bool) -> None:
+        """Go on with `store` (rebuilt empty, or the same files reopened) from its checkpoint:
+        RESTORING or STANDBY again, its restore target measured anew. The end seen so far
+        stays, so the lag says how much is left to apply."""
+        self.store = store
+        self.fault = None
+        self.position = store.next_offset or 0
+        self.target = None
+        self.role_epoch += 1
+        self.state = self._fresh_state()
+        if rebuilt:
+            self.rebuilds += 1
 
     def advance(self, position: int) -> None:
         """The store now holds the changelog up to *position* (exclusive)."""
@@ -126,4 +161,7 @@ class Replica:
             end=self.end,
             lag=max(self.end - self.position, 0),
             misplaced=self.store.misplaced_records,
+            fault=None if self.fault is None else str(self.fault),
+            disk_full=isinstance(self.fault, DiskFull),
+            rebuilds=self.rebuilds,
         )

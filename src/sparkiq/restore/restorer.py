@@ -8,7 +8,12 @@ the wanted set on its next turn:
 - an added partition gets its store opened (resuming from the store's checkpoint) and is
   fetched from there;
 - a removed partition is unassigned and its store closed, left on disk for a later return;
-- a partition that changes role (active <-> standby) keeps its store and position.
+- a partition that changes role (active <-> standby) keeps its store and position;
+- a replica whose store's files fail it (RocksDB corruption or an I/O error, on a read, a
+  write or at open; `sparkiq.errors.StorageFault`) turns FAILED at once, so no read uses it;
+  on its next turn the restorer moves the store directory aside and rebuilds the partition
+  from the changelog. A full disk (`DiskFull`) keeps the files: the store is reopened every
+  `HEAL_RETRY_S` and resumes from its checkpoint once there is space again.
 
 Records the consumer returns for a partition that is unassigned at that moment are not
 written; if the partition comes back before the consumer lets go of it, it is fetched again
@@ -33,7 +38,14 @@ from concurrent.futures import Future
 from confluent_kafka import Consumer, Message
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from sparkiq.errors import SparkiqError, StoreError
+from sparkiq.errors import (
+    DiskFull,
+    SparkiqError,
+    StateDirLockedError,
+    StateDirMismatchError,
+    StorageFault,
+    StoreError,
+)
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.restore.batches import split_batch
@@ -51,6 +63,8 @@ _FLUSH_POLL_S = 0.01  # while a store flushes before its partition turns ACTIVE
 _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
+HEAL_RETRY_S = 2.0  # between attempts to reopen a store whose disk was full
+_FAILED = ReplicaState.FAILED
 
 
 def _log_misplaced(replica: Replica, example: bytes | None) -> None:
@@ -86,7 +100,8 @@ class Restorer:
         self._table_for_topic = table_for_topic
         self._on_change = on_change
         self._kafka_config = dict(kafka_config or {})
-        self._lock = threading.Lock()
+        # Reentrant: a store write under the lock may report its own fault (`_on_fault`).
+        self._lock = threading.RLock()
         self._replicas: dict[TopicPartition, Replica] = {}
         self._closing: dict[TopicPartition, Replica] = {}
         self._dirty = threading.Event()
@@ -100,6 +115,10 @@ class Restorer:
         self.records_applied = 0  # records written to stores since start (tombstones too)
         self.skipped_records = 0  # records without a usable key, since start
         self.refetches = 0  # partitions fetched again from their checkpoint, since start
+        self.storage_faults = 0  # replicas whose store's files failed them, since start
+        self.rebuilds = 0  # stores rebuilt from the changelog after a fault, since start
+        self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
+        registry.on_fault = self._on_fault
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -146,9 +165,10 @@ class Restorer:
                                 tp[1],
                             )
                             continue
-                        store = self.registry.open(table, tp[1])
+                        store, rebuilt = self._open_or_rebuild(table, tp[1])
                         opened.append((tp, table))
                         replica = Replica(tp, table, store)
+                        replica.rebuilds = int(rebuilt)
                         replica.set_role(active)
                     elif replica.is_active != active:
                         replica.set_role(active)
@@ -163,6 +183,95 @@ class Restorer:
                     self._closing[tp] = self._replicas.pop(tp)
             self._publish()
         self._dirty.set()
+
+    def _open_or_rebuild(self, table: TableDef, partition: int) -> tuple[PartitionStore, bool]:
+        """The store of (table, partition); one that cannot be opened (corrupt, from another
+        table or layout) is moved aside and started empty. True if it was."""
+        try:
+            return self.registry.open(table, partition), False
+        except (StateDirLockedError, DiskFull):
+            raise
+        except (StorageFault, StateDirMismatchError) as exc:
+            self.storage_faults += 1
+            aside = self.registry.quarantine(table.name, partition)
+            log.error(
+                "table %r partition %d: %s; the store is rebuilt from the changelog (the old "
+                "files are kept at %s)",
+                table.name,
+                partition,
+                exc,
+                aside,
+            )
+            self.rebuilds += 1
+            return self.registry.open(table, partition), True
+
+    def _on_fault(self, store: PartitionStore, fault: StorageFault) -> None:
+        """A store's files failed it (any thread): its replica turns FAILED at once."""
+        tp = (store.table.topic, store.partition)
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if replica is None or replica.store is not store or not replica.fail(fault):
+                return
+            self.storage_faults += 1
+            self._publish()
+        if isinstance(fault, DiskFull):
+            log.error(
+                "table %r partition %d: %s; the replica stops applying records and serves "
+                "no reads until there is space again (retried every %.0f s)",
+                store.table.name,
+                store.partition,
+                fault,
+                HEAL_RETRY_S,
+            )
+        else:
+            log.error(
+                "table %r partition %d: %s; its reads go to other replicas while it is "
+                "rebuilt from the changelog",
+                store.table.name,
+                store.partition,
+                fault,
+            )
+        self._dirty.set()
+        self._notify()
+
+    def _heal(self) -> None:
+        """Rebuild FAILED replicas, or reopen those of a full disk when due (caller holds the
+        lock; restorer thread)."""
+        now = time.monotonic()
+        for replica in [r for r in self._replicas.values() if r.state is _FAILED]:
+            table, partition = replica.table, replica.tp[1]
+            full = isinstance(replica.fault, DiskFull)
+            if full and now < self._heal_at:
+                continue
+            self.registry.close(table.name, partition)
+            try:
+                if full:
+                    store = self.registry.open(table, partition)
+                    store.apply((), store.next_offset or 0)  # a write proves there is space
+                    log.info("table %r partition %d: space again; resuming", table.name, partition)
+                    replica.replace_store(store, rebuilt=False)
+                    continue
+                aside = self.registry.quarantine(table.name, partition)
+                replica.replace_store(self.registry.open(table, partition), rebuilt=True)
+                self.rebuilds += 1
+                log.warning(
+                    "table %r partition %d: rebuilding its store from the changelog (the "
+                    "failed files are kept at %s)",
+                    table.name,
+                    partition,
+                    aside,
+                )
+            except DiskFull as exc:
+                self.registry.close(table.name, partition)
+                replica.fault = exc
+                self._heal_at = now + HEAL_RETRY_S
+            except StorageFault as exc:
+                self.registry.close(table.name, partition)
+                replica.fault = exc  # rebuilt on the next turn
+
+    def healing_due(self) -> bool:
+        """Whether a FAILED replica waits for its next attempt (the run loop wakes for it)."""
+        return any(r.state is _FAILED for r in self._replicas.values())
 
     # -- views (any thread) ---------------------------------------------------------------
 
@@ -188,6 +297,7 @@ class Restorer:
         fetching = Fetching(consumer)
         ends = EndProbe(self.bootstrap, self.security)
         next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
+        next_heal = 0.0
         disk_job: Future[None] | None = None
         poll_s = _POLL_TIMEOUT_S
         try:
@@ -207,6 +317,9 @@ class Restorer:
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
                         self._update_ends_from_watermarks(consumer)
+                    if now >= next_heal and self.healing_due():
+                        next_heal = now + HEAL_RETRY_S
+                        self._dirty.set()  # `_heal` decides what is due
                     if now >= next_disk and (disk_job is None or disk_job.done()):
                         next_disk = now + _DISK_LAGS_EVERY_S
                         disk_job = ends.submit(self._refresh_disk_lags)
@@ -229,7 +342,8 @@ class Restorer:
     def _reconcile(self, fetching: Fetching, ends: EndProbe) -> None:
         """Bring the consumer in line with the wanted partitions; measure restore targets."""
         with self._lock:
-            wanted = dict(self._replicas)
+            self._heal()
+            wanted = {tp: r for tp, r in self._replicas.items() if r.state is not _FAILED}
             closing, self._closing = self._closing, {}
         # Positions move on this thread only, so they are read here without the lock.
         out_of_step = [
@@ -262,7 +376,9 @@ class Restorer:
             for r, epoch in to_measure:
                 r.measuring = epoch
             checkpoints = {
-                tp: self._replicas[tp].store.next_offset for tp in added if tp in self._replicas
+                tp: self._replicas[tp].store.next_offset
+                for tp in added
+                if tp in self._replicas and self._replicas[tp].state is not _FAILED
             }
             self._publish()
         fetching.start(checkpoints)
@@ -338,6 +454,9 @@ class Restorer:
                 replica = self._replicas.get(tp)
                 if before is None or replica is None:
                     continue  # not fetched or not assigned any more: nothing to write
+                if replica.state is _FAILED:
+                    out_of_step = True  # fetched again from its checkpoint once healed
+                    continue
                 if eof is not None:
                     replica.end = max(replica.end, eof)
                 if before != replica.position or (
@@ -361,6 +480,8 @@ class Restorer:
                         # checkpoint moves with them, so the gap is not fetched again.
                         replica.store.apply((), eof, wal=replica.wal)
                         replica.advance(eof)
+                except StorageFault:
+                    out_of_step = True  # the replica is FAILED (`_on_fault`); healed later
                 except StoreError as exc:
                     out_of_step = True  # the cursor moved on, the position did not
                     failure = failure or exc
@@ -380,7 +501,10 @@ class Restorer:
             try:
                 for replica in self._replicas.values():
                     if replica.reached_target():
-                        done = replica.check_caught_up()
+                        try:
+                            done = replica.check_caught_up()
+                        except StorageFault:
+                            continue  # the replica is FAILED (`_on_fault`); healed later
                         changed |= done
                         flushing |= not done
             finally:
