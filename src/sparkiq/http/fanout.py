@@ -22,10 +22,11 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
 
+from sparkiq.http.forward import Unreachable
 from sparkiq.http.gather import (
     Gathered,
     Sources,
@@ -34,7 +35,7 @@ from sparkiq.http.gather import (
     gather,
     probe_items,
 )
-from sparkiq.http.locate import Call, LocalReplica
+from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -45,6 +46,7 @@ from sparkiq.http.params import (
     parse_key_text,
 )
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
+from sparkiq.http.settings import FALLBACK_PARAM
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key
 from sparkiq.tables import TableDef
@@ -53,7 +55,9 @@ from sparkiq.topology import TopicPartition
 if TYPE_CHECKING:
     from sparkiq.http.api import HttpApi
 
-RANGE_PARAMS = frozenset(("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions"))
+RANGE_PARAMS = frozenset(
+    ("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions", FALLBACK_PARAM)
+)
 
 # Window starts of a windowed table's store keys: the 8 bytes after the key.
 _ALL_WINDOWS = b"\xff" * 8
@@ -267,33 +271,35 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
     outcomes: set[Outcome] = set()
     sources = Sources()
     pending = [(table.topic, p) for p in parts]
-    last_why = ""
-    failed_actives: set[TopicPartition] = set()  # a local stand-in may answer for these
+    routes = PartitionRoutes(api.locator, call)
     while pending:
-        remote: dict[str, list[TopicPartition]] = defaultdict(list)
+        remote: dict[Ask, list[TopicPartition]] = defaultdict(list)
         waiting: list[TopicPartition] = []
         for tp in pending:
-            found = api.locator.resolve_or_stand_in(tp, call, active_failed=tp in failed_actives)
+            found = routes.route(tp)
             if isinstance(found, LocalReplica):
                 rows = found.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=fetch)
                 collected.extend(_render_rows(table, rows))
                 outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
                 sources.local(tp[1], found)
-            elif isinstance(found, str):
+            elif isinstance(found, Ask):
                 remote[found].append(tp)
-            else:
+            elif found is None:
                 waiting.append(tp)
-                last_why = found.message
+            else:
+                return _fail(found)
         if remote:
-            urls = list(remote)
+            asks = list(remote)
             answers = await asyncio.gather(
-                *(_ask_range(api, url, table, params, remote[url], fetch, call) for url in urls)
+                *(
+                    _ask_range(api, ask, table, params, remote[ask], fetch, call, routes.bound)
+                    for ask in asks
+                )
             )
-            for url, answer in zip(urls, answers, strict=True):
+            for ask, answer in zip(asks, answers, strict=True):
                 if answer is None or (isinstance(answer, Response) and answer.status == 503):
-                    waiting.extend(remote[url])
-                    failed_actives.update(remote[url])
-                    last_why = f"owner {url} is unreachable or unavailable"
+                    waiting.extend(remote[ask])
+                    routes.unanswered(ask, remote[ask])
                     continue
                 if isinstance(answer, Failure):
                     return _fail(answer)
@@ -308,7 +314,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
                 outcomes.add(Outcome.FORWARDED)
         pending = waiting
         if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
-            return _fail(api.locator.gave_up(call, last_why))
+            return _fail(api.locator.gave_up(call, routes.last_why))
 
     # Each key lives in exactly one partition, so store keys never repeat across partitions.
     collected.sort(key=lambda pair: pair[0])
@@ -386,20 +392,30 @@ def _render_rows(
 
 async def _ask_range(
     api: HttpApi,
-    url: str,
+    ask: Ask,
     table: TableDef,
     params: Params,
     tps: list[TopicPartition],
     fetch: int,
     call: Call,
+    bound: int,
 ) -> Response | Failure | None:
-    query = {k: v for k, v in params.items() if k not in ("limit", "partitions")}
+    """Ask a node for its page of `tps`: the active, or a stand-in within `bound`."""
+    query = {k: v for k, v in params.items() if k not in ("limit", "partitions", FALLBACK_PARAM)}
     query["limit"] = str(fetch)
     query["partitions"] = ",".join(str(p) for _, p in tps)
-    target = f"/v1/tables/{table.name}/range?{urlencode(query)}"
-    return await api.locator.forward(
-        url, "GET", target, None, call, on_unreachable=api.metrics.forward_failed
+    target = f"/v1/tables/{quote(table.name, safe='')}/range?{urlencode(query)}"
+    if not ask.as_stand_in:
+        return await api.locator.forward(
+            ask.url, "GET", target, None, call, on_unreachable=api.metrics.forward_failed
+        )
+    answer = await api.locator.ask(
+        ask.url, "GET", fallback_target(target, bound), None, call, api.settings.active_timeout_s
     )
+    if isinstance(answer, Unreachable):
+        api.metrics.forward_failed(answer)
+        return None
+    return answer
 
 
 def _fail(failure: Failure) -> Answer:

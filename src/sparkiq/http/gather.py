@@ -35,7 +35,7 @@ from urllib.parse import quote
 import orjson
 
 from sparkiq.http.forward import Unreachable
-from sparkiq.http.locate import Call, LocalReplica, fallback_target
+from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
 from sparkiq.http.params import codecs, decode_cursor, encode_cursor
 from sparkiq.http.responses import Answer, Outcome, Response, failed
 from sparkiq.queries import Failure, FailureReason
@@ -172,27 +172,17 @@ async def gather(
     the plan then. Probes send wire keys. Hits are added to `into` if given.
     """
     got = into if into is not None else Gathered()
-    settings = api.settings
     locator = api.locator
     codec, value_codec = codecs(table)
     render_value = value_codec.render
     node = api.view.url
     pending: dict[TopicPartition, Sequence[int]] = {tp: ix for tp, ix in plan.items() if ix}
-    last_why = ""
-    failed_actives: set[TopicPartition] = set()  # stand-ins may answer for these
-    tried: dict[TopicPartition, set[str]] = defaultdict(set)  # standbys asked in vain
-    bound = call.stand_in_bound(settings)
+    routes = PartitionRoutes(locator, call)
     while pending:
-        # (url, asked as a stand-in) -> partitions
-        remote: dict[tuple[str, bool], list[TopicPartition]] = defaultdict(list)
+        remote: dict[Ask, list[TopicPartition]] = defaultdict(list)
         waiting: dict[TopicPartition, Sequence[int]] = {}
         for tp, indices in pending.items():
-            if call.fallback_lag is not None:  # asked as a stand-in: own replicas or 503
-                found: LocalReplica | str | Failure = locator.local_only(tp, call.fallback_lag)
-                if isinstance(found, Failure):
-                    return failed(found)
-            else:
-                found = locator.resolve_or_stand_in(tp, call, active_failed=tp in failed_actives)
+            found = routes.route(tp)
             if isinstance(found, LocalReplica):
                 values = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
                 p = tp[1]
@@ -202,59 +192,46 @@ async def gather(
                         got.hits[i][p] = hit
                 got.outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
                 got.sources.local(p, found)
-            elif isinstance(found, str):
-                stand_in = None
-                if tp in failed_actives:
-                    untried = [u for u in locator.standby_urls(tp) if u not in tried[tp]]
-                    stand_in = untried[0] if untried else None
-                    if stand_in is None:
-                        tried[tp].clear()  # all asked: the active again, then them again
-                if stand_in is None:
-                    remote[(found, False)].append(tp)
-                else:
-                    remote[(stand_in, True)].append(tp)
-            else:
+            elif isinstance(found, Ask):
+                remote[found].append(tp)
+            elif found is None:
                 waiting[tp] = indices
-                last_why = found.message
+            else:
+                return failed(found)
         if remote:
             asks = list(remote)
             asking = [
                 _ask(
                     api,
                     table,
-                    url,
-                    remote[(url, as_stand_in)],
+                    ask.url,
+                    remote[ask],
                     pending,
                     wires,
                     public_keys,
                     call,
-                    bound if as_stand_in else None,
+                    routes.bound if ask.as_stand_in else None,
                     probing=probing,
                 )
-                for url, as_stand_in in asks
+                for ask in asks
             ]
             # One node to ask (the common case with two nodes): no task to make for it.
             answers = [await asking[0]] if len(asking) == 1 else await asyncio.gather(*asking)
-            for (url, as_stand_in), answer in zip(asks, answers, strict=True):
-                tps = remote[(url, as_stand_in)]
+            for ask, answer in zip(asks, answers, strict=True):
+                tps = remote[ask]
                 if answer is None or (isinstance(answer, Response) and answer.status == 503):
                     # Try these partitions again after a pause, from a stand-in if any.
                     waiting.update((tp, pending[tp]) for tp in tps)
-                    if as_stand_in:
-                        for tp in tps:
-                            tried[tp].add(url)
-                    else:
-                        failed_actives.update(tps)
-                    last_why = f"{url} is unreachable or unavailable"
+                    routes.unanswered(ask, tps)
                     continue
                 if isinstance(answer, Failure):
                     return failed(answer)
                 if answer.status != 200:
                     return answer, Outcome.FORWARDED  # the owner's failure, as it said it
-                _take(got, orjson.loads(answer.body), tps, pending, url, probing=probing)
+                _take(got, orjson.loads(answer.body), tps, pending, ask.url, probing=probing)
         pending = waiting
-        if pending and not await locator.wait(call, settings.reconnect_pause_s):
-            return failed(locator.gave_up(call, last_why))
+        if pending and not await locator.wait(call, api.settings.reconnect_pause_s):
+            return failed(locator.gave_up(call, routes.last_why))
     return got
 
 
