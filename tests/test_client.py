@@ -7,6 +7,8 @@ active is a free port nobody listens on. The client is synchronous, so it runs i
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
@@ -255,3 +257,17 @@ async def test_owner_is_asked_without_a_lag_bound(stack: AsyncExitStack) -> None
         owner = await asyncio.to_thread(client.owner, "customers", KEYS[0])
         assert owner["partition"] == CUSTOMERS.partition_of(KEYS[0].encode())
         assert await asyncio.to_thread(client.get, "customers", KEYS[0]) == {"n": 0}
+
+
+def test_importing_the_client_loads_no_server_code() -> None:
+    script = (
+        "import sys, sparkiq.client\n"
+        "server = ('granian', 'aiohttp', 'aiokafka', 'rocksdict', 'uvloop', 'confluent_kafka',"
+        " 'sparkiq.http.api', 'sparkiq.http.server', 'sparkiq.node', 'sparkiq.store')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in server"
+        " or m.startswith(server)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

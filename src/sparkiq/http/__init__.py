@@ -3,12 +3,38 @@
 serve(view, host, port, settings) -> HttpServer    start in the running loop; .stop()
 HttpApi(view, settings).handle(...)                 the interface-free request core
 AsgiApp(api) / RsgiApp(api)                         adapters (tests: httpx.ASGITransport)
+
+The names are loaded when first used, so that importing one module of the package (the
+client's `sparkiq.http.tls`, say) does not load the server.
 """
 
-from sparkiq.http.api import HttpApi
-from sparkiq.http.asgi import AsgiApp
-from sparkiq.http.rsgi import RsgiApp
-from sparkiq.http.server import HttpServer, Interface, serve
-from sparkiq.http.settings import HttpSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkiq.http.api import HttpApi
+    from sparkiq.http.asgi import AsgiApp
+    from sparkiq.http.rsgi import RsgiApp
+    from sparkiq.http.server import HttpServer, Interface, serve
+    from sparkiq.http.settings import HttpSettings
 
 __all__ = ["AsgiApp", "HttpApi", "HttpServer", "HttpSettings", "Interface", "RsgiApp", "serve"]
+
+_HOMES = {
+    "AsgiApp": "sparkiq.http.asgi",
+    "HttpApi": "sparkiq.http.api",
+    "HttpServer": "sparkiq.http.server",
+    "HttpSettings": "sparkiq.http.settings",
+    "Interface": "sparkiq.http.server",
+    "RsgiApp": "sparkiq.http.rsgi",
+    "serve": "sparkiq.http.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
