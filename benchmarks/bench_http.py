@@ -2,33 +2,30 @@
 
 Measures with wrk (-t1 -c32, random keys out of 100k) on 127.0.0.1:
   1. nginx returning a fixed JSON body             -- the machine's HTTP ceiling
-  2. minimal apps, dict lookup (benchmarks/refapp.py) -- the Python floor of each stack:
-     on the loop server's stack (uvloop, asyncio protocol, httptools) and on granian RSGI
+  2. a minimal app, dict lookup (benchmarks/refapp.py) -- the Python floor of the stack the
+     node's server is built on (uvloop, asyncio protocol, httptools)
   3. sparkiq, LOCAL lookups from RocksDB           -- PartitionStores of 100k keys
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
-for each node interface asked for (`loop`: sparkiq's own server on the node's loop, the
-default; `asgi`/`rsgi`: granian; a suffix `-jwt`: with a bearer token on every request;
-`-depthN`: forwarding pipelines at most N requests per connection, 1 = none). Every
-server is started once and measured `--rounds` times in turn: this machine's speed drifts
-within minutes, so ratios are taken within a round and their median reported. It prints
-req/s, p50/p99, the servers' CPU time and context switches per request (from /proc: CPU
-moves less than req/s when other work shares the cores; context switches show how often
-granian's I/O thread and the Python thread handed the GIL to each other), the share of the
-machine's CPU time the hypervisor stole during each run (/proc/stat: on a shared VM, the
-runs it hits are the slow ones) and the ratios local/nginx and forwarded/local.
+for each node variant asked for (`loop`: sparkiq's server on the node's loop; a suffix
+`-jwt`: with a bearer token on every request; `-depthN`: forwarding pipelines at most N
+requests per connection, 1 = none). Every server is started once and measured `--rounds`
+times in turn: this machine's speed drifts within minutes, so ratios are taken within a round
+and their median reported. It prints req/s, p50/p99, the servers' CPU time and context
+switches per request (from /proc: CPU moves less than req/s when other work shares the
+cores), the share of the machine's CPU time the hypervisor stole during each run
+(/proc/stat: on a shared VM, the runs it hits are the slow ones) and the ratios local/nginx
+and forwarded/local.
 
 `--pin` runs every server (nginx, the reference app, both nodes) on the last CPU and wrk on
-the others. A granian node is two busy threads (its Rust I/O thread and the Python thread)
-that hand the GIL to each other for every request; on different CPUs each hand-over is a
-wake-up across CPUs. Pinned, the CPU figures are steadier, but a pinned server cannot move
-away from other work on its CPU, so its latency suffers on a shared machine; the default
-(unpinned) is what a node gets unless its operator pins it.
+the others. Pinned, the CPU figures are steadier, but a pinned server cannot move away from
+other work on its CPU, so its latency suffers on a shared machine; the default (unpinned) is
+what a node gets unless its operator pins it.
 
 Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the script
 installs them with apt-get when it runs as root and they are missing.
 
     .venv/bin/python benchmarks/bench_http.py [--duration 5] [--rounds 3]
-        [--interfaces loop,asgi] [--pin]
+        [--interfaces loop,loop-jwt,loop-depth1] [--pin]
 
 Every process it starts is stopped by PID. `serve-node` is the internal entry of a node
 process (a sparkiq HTTP server over a StaticView), not for direct use.
@@ -64,8 +61,7 @@ PARTITIONS = 4
 CONNECTIONS = 32
 # A run during which the hypervisor took less of the machine's CPU time than this is "calm".
 CALM_STEAL = 0.02
-# The minimal apps (refapp.py): on granian RSGI, and on the stack the loop server is built on.
-GRANIAN_REF = "granian RSGI dict"
+# The minimal app (refapp.py) on the stack the loop server is built on.
 LOOP_REF = "uvloop+httptools dict"
 FIXED_BODY = '{"key":"k1","value":{"n":1},"partition":0}'
 BENCH_SECRET = b"bench-secret-" * 4
@@ -208,17 +204,16 @@ def build_stores(state_dir: Path) -> None:
 
 @dataclass(frozen=True)
 class NodeKind:
-    """What an `--interfaces` entry asks for: `loop`, `asgi-jwt`, `loop-depth1`, ..."""
+    """What an `--interfaces` entry asks for: `loop`, `loop-jwt`, `loop-depth1`, ..."""
 
-    interface: str  # the server: loop, asgi or rsgi
     jwt: bool  # a bearer token on every request
     pipeline_depth: int | None  # forwards pipelined per connection; None: the default
 
 
 def node_kind(name: str) -> NodeKind:
     base, *options = name.split("-")
-    if base not in ("loop", "asgi", "rsgi"):
-        raise SystemExit(f"unknown interface {base!r} in {name!r} (loop, asgi or rsgi)")
+    if base != "loop":
+        raise SystemExit(f"unknown interface {base!r} in {name!r} (only loop)")
     depth: int | None = None
     for option in options:
         if option.startswith("depth") and option[len("depth") :].isdigit():
@@ -227,7 +222,7 @@ def node_kind(name: str) -> NodeKind:
                 raise SystemExit(f"{option!r} in {name!r}: the depth must be >= 1")
         elif option != "jwt":
             raise SystemExit(f"unknown interface option {option!r} in {name!r} (jwt, depthN)")
-    return NodeKind(base, "jwt" in options, depth)
+    return NodeKind("jwt" in options, depth)
 
 
 def bench_view(
@@ -252,7 +247,7 @@ def bench_view(
 
 
 async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
-    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.server import HttpServer
     from sparkiq.http.settings import HttpSettings
 
     view, registry = bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)
@@ -268,9 +263,7 @@ async def run_node(port: int, owner_url: str | None, state_dir: str, interface: 
         auth = AuthConfig(
             tokens=TokenVerifier(secret=BENCH_SECRET), cluster=ClusterCredential(BENCH_SECRET)
         )
-    server = HttpServer(
-        view, "127.0.0.1", port, settings, interface=Interface(kind.interface), auth=auth
-    )
+    server = HttpServer(view, "127.0.0.1", port, settings, auth=auth)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)
@@ -431,13 +424,13 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
             wait_port(port, proc)
             servers.append(Server("nginx fixed body", port, key_prefix, [proc.pid]))
 
-            for name, ref_interface in ((GRANIAN_REF, "rsgi"), (LOOP_REF, "loop")):
-                port = free_port()
-                refapp = [str(HERE / "refapp.py"), "--port", str(port)]
-                proc = subprocess.Popen([*SERVER_CPUS, PY, *refapp, "--interface", ref_interface])
-                procs.append(proc)
-                wait_port(port, proc)
-                servers.append(Server(name, port, "/k/k", [proc.pid]))
+            port = free_port()
+            proc = subprocess.Popen(
+                [*SERVER_CPUS, PY, str(HERE / "refapp.py"), "--port", str(port)]
+            )
+            procs.append(proc)
+            wait_port(port, proc)
+            servers.append(Server(LOOP_REF, port, "/k/k", [proc.pid]))
 
             for interface in interfaces:
                 owner_port, fwd_port = free_port(), free_port()
@@ -512,7 +505,7 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
     interfaces = [r.name.rsplit(" ", 1)[1] for r in rounds[0] if r.name.startswith("sparkiq local")]
     print()
     for interface in interfaces:
-        local_nginx, fwd_local, p99s, local_raw, local_ref = [], [], [], [], []
+        local_nginx, fwd_local, p99s, local_ref = [], [], [], []
         steals: list[float] = []  # of the local runs
         fwd_steals: list[float] = []  # of the forwarded runs
         for results in rounds:
@@ -520,7 +513,6 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
             local = by[f"sparkiq local {interface}"]
             fwd = by[f"sparkiq forwarded {interface}"]
             local_nginx.append(local.rps / by["nginx fixed body"].rps)
-            local_raw.append(local.rps / by[GRANIAN_REF].rps)
             local_ref.append(local.rps / by[LOOP_REF].rps)
             fwd_local.append(fwd.rps / local.rps)
             p99s.append(local.p99_ms)
@@ -535,8 +527,7 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
         )
         print(
             f"[{interface}] forwarded/local per round {_list(fwd_local)}, median"
-            f" {median(fwd_local):.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'});"
-            f" local/raw granian app median {median(local_raw):.2f}"
+            f" {median(fwd_local):.2f} (goal >= 0.5: {'met' if ok_fwd else 'NOT met'})"
         )
         print(
             f"[{interface}] local/minimal app on the loop's stack per round {_list(local_ref)},"
@@ -575,9 +566,13 @@ def main() -> None:
     node.add_argument("--port", type=int, required=True)
     node.add_argument("--owner", default=None)
     node.add_argument("--state-dir", required=True)
-    node.add_argument("--interface", default="asgi")
+    node.add_argument("--interface", default="loop")
     parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
-    parser.add_argument("--interfaces", default="loop,asgi")
+    parser.add_argument(
+        "--interfaces",
+        default="loop",
+        help="node variants, comma-separated: loop with options -jwt, -depthN (loop-jwt-depth1)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="measure every server this many times, in turn"
     )

@@ -114,12 +114,11 @@ def forwarded_requests(n: int) -> list[bytes]:
 async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], CountingTransport]:
     """One loop-server connection of a node whose stores are all local actives."""
     from sparkiq.http.loopserver import _Connection
-    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.server import HttpServer
 
     view, _ = bench_http.bench_view("http://127.0.0.1:8080", state_dir)
-    server = HttpServer(view, "127.0.0.1", 8080, interface=Interface.LOOP)
+    server = HttpServer(view, "127.0.0.1", 8080)
     loop_server = server._loop_server
-    assert loop_server is not None
     connection = _Connection(loop_server)
     transport = CountingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
@@ -174,21 +173,20 @@ def callgrind(flag: str) -> None:
 async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
     """Requests one at a time through the loop: to an owner node, or forwarded to it."""
     from sparkiq.http.loopserver import _Connection
-    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.server import HttpServer
 
     owner_port = bench_http.free_port()
     owner_url = f"http://127.0.0.1:{owner_port}"
     owner_view, registry = bench_http.bench_view(owner_url, state_dir)
     assert registry is not None
-    owner = HttpServer(owner_view, "127.0.0.1", owner_port, interface=Interface.LOOP)
+    owner = HttpServer(owner_view, "127.0.0.1", owner_port)
     await owner.start()
     node = owner
     if subject == "forwarded, loop":
         port = bench_http.free_port()
         view, _ = bench_http.bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)
-        node = HttpServer(view, "127.0.0.1", port, interface=Interface.LOOP)
+        node = HttpServer(view, "127.0.0.1", port)
     loop_server = node._loop_server
-    assert loop_server is not None
     connection = _Connection(loop_server)
     transport = WaitingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]

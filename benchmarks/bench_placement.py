@@ -93,7 +93,7 @@ def build_stores(state_dir: Path) -> None:
 
 async def run_node(port: int, state_dir: str, holds: list[int], peer: str | None) -> None:
     """A node holding partitions `holds` of every table; the others are `peer`'s."""
-    from sparkiq.http.server import HttpServer, Interface
+    from sparkiq.http.server import HttpServer
     from sparkiq.http.settings import HttpSettings
     from sparkiq.http.testing import StaticView
     from sparkiq.store import StoreRegistry
@@ -111,7 +111,7 @@ async def run_node(port: int, state_dir: str, holds: list[int], peer: str | None
             else:
                 assert peer is not None
                 view.set_placement((table.topic, p), peer)
-    server = HttpServer(view, "127.0.0.1", port, HttpSettings(), interface=Interface.LOOP)
+    server = HttpServer(view, "127.0.0.1", port, HttpSettings())
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopped.set)

@@ -1,7 +1,7 @@
 """The Python client's routing and fallback against real HTTP servers on loopback.
 
-Nodes are granian servers over `StaticView`s whose metadata has the node's shape; a dead
-active is a free port nobody listens on. The client is synchronous, so it runs in a thread.
+Nodes are `HttpServer`s over `StaticView`s whose metadata has the node's shape; a dead active
+is a free port nobody listens on. The client is synchronous, so it runs in a thread.
 """
 
 from __future__ import annotations

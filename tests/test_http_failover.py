@@ -1,6 +1,6 @@
 """Reads whose active cannot answer: standbys stand in, within a lag bound (http/failover.py).
 
-Real granian servers on loopback; a dead active is a free port nobody listens on.
+Real servers (`HttpServer`) on loopback; a dead active is a free port nobody listens on.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from sparkiq.broker import free_port
-from sparkiq.http import HttpServer, HttpSettings, Interface
+from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
@@ -30,9 +30,8 @@ async def start(
     view: StaticView,
     port: int,
     settings: HttpSettings = FAST,
-    interface: Interface = Interface.LOOP,
 ) -> HttpServer:
-    server = HttpServer(view, "127.0.0.1", port, settings, interface=interface)
+    server = HttpServer(view, "127.0.0.1", port, settings)
     await stack.enter_async_context(server)
     return server
 
@@ -54,17 +53,14 @@ def split_owners(a: StaticView, b: StaticView) -> dict[int, str]:
     return owners
 
 
-@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
-async def test_forwarded_read_is_the_owners_answer(
-    stack: AsyncExitStack, interface: Interface
-) -> None:
+async def test_forwarded_read_is_the_owners_answer(stack: AsyncExitStack) -> None:
     a, b = two_views()
     owners = split_owners(a, b)
     on_b = [
         k for k in (f"user-{i}" for i in range(40)) if owners[put_value(b, USERS, k, k)] == b.url
     ]
-    server_a = await start(stack, a, port_of(a), interface=interface)
-    await start(stack, b, port_of(b), interface=interface)
+    server_a = await start(stack, a, port_of(a))
+    await start(stack, b, port_of(b))
     async with httpx.AsyncClient(base_url=a.url) as client:
         for key in on_b[:5]:
             r = await client.get(f"/v1/tables/users/keys/{key}")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from sparkiq.broker import free_port
-from sparkiq.http import HttpServer, HttpSettings, Interface
+from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.gather import decode_wire_keys, encode_wire_keys
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.partitioner import Partitioner, partition_for
@@ -33,7 +33,7 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 
 
 async def two_nodes(
-    stack: AsyncExitStack, interface: Interface = Interface.LOOP
+    stack: AsyncExitStack,
 ) -> tuple[StaticView, StaticView, list[HttpServer]]:
     """Nodes a and b: even partitions of both tables on a, odd ones on b."""
     a, b = (StaticView(f"http://127.0.0.1:{free_port()}", [USERS, ANYWHERE]) for _ in range(2))
@@ -44,7 +44,7 @@ async def two_nodes(
     servers = []
     for view in (a, b):
         port = int(view.url.rsplit(":", 1)[1])
-        server = HttpServer(view, "127.0.0.1", port, FAST, interface=interface)
+        server = HttpServer(view, "127.0.0.1", port, FAST)
         servers.append(await stack.enter_async_context(server))
     return a, b, servers
 
@@ -62,11 +62,8 @@ def elsewhere(key: str) -> int:
     return (partition_for(key.encode(), USERS.partitions) + 3) % USERS.partitions
 
 
-@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI])
-async def test_a_misplaced_key_is_found_from_every_node(
-    stack: AsyncExitStack, interface: Interface
-) -> None:
-    a, b, servers = await two_nodes(stack, interface)
+async def test_a_misplaced_key_is_found_from_every_node(stack: AsyncExitStack) -> None:
+    a, b, servers = await two_nodes(stack)
     keys = [f"user-{i}" for i in range(30)]
     for key in keys:
         put(a, b, USERS, key, elsewhere(key))
@@ -112,11 +109,8 @@ async def test_the_home_partition_wins_over_a_misplaced_copy(stack: AsyncExitSta
         assert r.json()["items"] == [{"key": "twice", "value": "home"}]
 
 
-@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI])
-async def test_a_table_of_unknown_placement_answers_every_key(
-    stack: AsyncExitStack, interface: Interface
-) -> None:
-    a, b, _ = await two_nodes(stack, interface)
+async def test_a_table_of_unknown_placement_answers_every_key(stack: AsyncExitStack) -> None:
+    a, b, _ = await two_nodes(stack)
     keys = [f"k{i}" for i in range(24)]
     for i, key in enumerate(keys):
         put(a, b, ANYWHERE, key, i % ANYWHERE.partitions)

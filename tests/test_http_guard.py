@@ -18,7 +18,7 @@ import pytest
 from sparkiq.auth import AuthConfig, Identity
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
-from sparkiq.http import HttpServer, HttpSettings, Interface
+from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.guard import FORWARD_HEADERS, OPS_PATHS, Gate
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID
@@ -72,14 +72,11 @@ class Pair:
         b_auth: AuthConfig,
         *,
         settings: HttpSettings = FAST,
-        interface: Interface = Interface.LOOP,
         b_metrics: HttpMetrics | None = None,
     ) -> None:
         for view, auth, metrics in ((self.a, a_auth, None), (self.b, b_auth, b_metrics)):
             port = int(view.url.rsplit(":", 1)[1])
-            server = HttpServer(
-                view, "127.0.0.1", port, settings, interface=interface, auth=auth, metrics=metrics
-            )
+            server = HttpServer(view, "127.0.0.1", port, settings, auth=auth, metrics=metrics)
             await stack.enter_async_context(server)
 
 
@@ -87,13 +84,12 @@ def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-@pytest.mark.parametrize("interface", [Interface.LOOP, Interface.ASGI, Interface.RSGI])
 async def test_no_bad_or_expired_token_is_401_everywhere(
-    stack: AsyncExitStack, tmp_path: Path, interface: Interface
+    stack: AsyncExitStack, tmp_path: Path
 ) -> None:
     pair = Pair()
     auth = auth_config(tmp_path)
-    await pair.start(stack, auth, auth, interface=interface)
+    await pair.start(stack, auth, auth)
     paths = [
         ("GET", f"/v1/tables/users/keys/{pair.on_a[0]}", None),  # local, the key path
         ("GET", f"/v1/tables/users/keys/{pair.on_b[0]}", None),  # would be forwarded

@@ -2,7 +2,7 @@
 
 Forward errors are counted where the HTTP layer meets an `Unreachable`: a key read whose
 active is down (failover), a multi-get and a range whose owner is down (fanout). Real
-granian servers on loopback; a dead node is a free port nobody listens on.
+servers (`HttpServer`) on loopback; a dead node is a free port nobody listens on.
 """
 
 from __future__ import annotations

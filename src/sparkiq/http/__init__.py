@@ -2,7 +2,7 @@
 
 serve(view, host, port, settings) -> HttpServer    start in the running loop; .stop()
 HttpApi(view, settings).handle(...)                 the interface-free request core
-AsgiApp(api) / RsgiApp(api)                         adapters (tests: httpx.ASGITransport)
+AsgiApp(api)                                        ASGI adapter (tests: httpx.ASGITransport)
 
 The names are loaded when first used, so that importing one module of the package (the
 client's `sparkiq.http.tls`, say) does not load the server.
@@ -16,19 +16,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sparkiq.http.api import HttpApi
     from sparkiq.http.asgi import AsgiApp
-    from sparkiq.http.rsgi import RsgiApp
-    from sparkiq.http.server import HttpServer, Interface, serve
+    from sparkiq.http.server import HttpServer, serve
     from sparkiq.http.settings import HttpSettings
 
-__all__ = ["AsgiApp", "HttpApi", "HttpServer", "HttpSettings", "Interface", "RsgiApp", "serve"]
+__all__ = ["AsgiApp", "HttpApi", "HttpServer", "HttpSettings", "serve"]
 
 _HOMES = {
     "AsgiApp": "sparkiq.http.asgi",
     "HttpApi": "sparkiq.http.api",
     "HttpServer": "sparkiq.http.server",
     "HttpSettings": "sparkiq.http.settings",
-    "Interface": "sparkiq.http.server",
-    "RsgiApp": "sparkiq.http.rsgi",
     "serve": "sparkiq.http.server",
 }
 

@@ -1,12 +1,13 @@
 """The HTTP API v1 of a serving node, independent of the server interface.
 
 `HttpApi.handle(method, path, query, headers, body)` takes a request as plain values (the raw,
-still percent-encoded path) and returns a `Response`; the ASGI and RSGI adapters only move
-bytes. This module parses and dispatches, and answers the single-partition endpoints (key,
-windows, owner) and the node's own ones (tables, metadata, health, metrics); `fanout` answers
-the endpoints that span partitions (multi-get, range). The adapters try `keypath` (the hot
-path for single-key GETs, `HttpApi.keys`) before `handle`; both read keys with
-`keypath.read_key` and go through `answer_from_replica` for whatever is not local.
+still percent-encoded path) and returns a `Response`; the loop server (`loopserver`) and the
+ASGI adapter only move bytes. This module parses and dispatches, and answers the
+single-partition endpoints (key, windows, owner) and the node's own ones (tables, metadata,
+health, metrics); `fanout` answers the endpoints that span partitions (multi-get, range). The
+server and the adapter try `keypath` (the hot path for single-key GETs, `HttpApi.keys`) before
+`handle`; both read keys with `keypath.read_key` and go through `answer_from_replica` for
+whatever is not local.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ _OK = Response(200, b'{"status":"ok"}')
 
 
 class Headers(Protocol):
-    """Request headers by lower-case name (a dict, or granian's RSGI headers)."""
+    """Request headers by lower-case name (a dict, or any mapping with `get`)."""
 
     def get(self, key: str, default: None = None, /) -> str | None: ...
 

@@ -1,10 +1,11 @@
 """HTTP/1.1 on the node's own event loop: asyncio protocols with httptools' parser.
 
-Why (BENCHMARKS.md, "HTTP lookups"): granian runs its HTTP work in a Rust thread and hands
-every request to the Python thread and back; on two cores that hand-over costs more CPU than
-the lookup. Here one thread does everything: the loop reads the socket, httptools (the
-llhttp parser, in C) calls back with the URL and headers, and a single-key GET whose
-partition is local is answered before `data_received` returns -- no task, no thread switch.
+Why (BENCHMARKS.md, "HTTP lookups"): a server that does its HTTP work in a thread of its own
+(granian, which carried the API before) hands every request to the Python thread and back;
+on two cores that hand-over costs more CPU than the lookup. Here one thread does everything:
+the loop reads the socket, httptools (the llhttp parser, in C) calls back with the URL and
+headers, and a single-key GET whose partition is local is answered before `data_received`
+returns -- no task, no thread switch.
 Whatever needs to wait (a forward, a replica still restoring, the generic dispatch) runs in a
 task of its own, and the connection answers its requests in the order they came (HTTP/1.1
 pipelining).

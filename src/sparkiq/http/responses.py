@@ -65,7 +65,7 @@ class Response:
 Answer = tuple[Response, Outcome]
 
 # JSON_HEADERS as ASGI wants them (bytes); adapters send this for the common answer. A tuple:
-# granian and httpx take any sequence, and a shared constant must not be mutable.
+# ASGI servers and httpx take any sequence, and a shared constant must not be mutable.
 RAW_JSON_HEADERS: tuple[tuple[bytes, bytes], ...] = ((b"content-type", JSON.encode()),)
 
 

@@ -67,16 +67,14 @@ class HttpSettings:
     # Client connections held open at once (other nodes' forwarding connections included);
     # past it a new connection is answered 503 (`too_many_connections`, Retry-After) and
     # closed at once. None: `default_max_connections` of the open-file limit when the server
-    # starts. The `loop` interface refuses; granian's (`asgi`, `rsgi`) stop accepting instead
-    # (its `backpressure`), so a connection past the limit waits in the listen queue.
+    # starts.
     max_connections: int | None = None
-    # A connection that has sent nothing (no request begun) is closed after this long; with
-    # granian, its HTTP/1 header read timeout.
+    # A connection that has sent nothing (no request begun) is closed after this long.
     header_timeout_s: float = 10.0
-    # A keep-alive connection idle this long between requests is closed (`loop` interface).
+    # A keep-alive connection idle this long between requests is closed.
     idle_timeout_s: float = 75.0
     # A request whose head or body has not fully arrived this long after its first bytes is
-    # answered 408 and its connection closed (`loop` interface).
+    # answered 408 and its connection closed.
     request_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
