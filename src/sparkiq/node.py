@@ -239,10 +239,12 @@ class Node:
             return None
         if not self._joined:
             return "the node has not joined its group yet"
+        statuses = self.restorer.statuses()
+        actives = self._map.actives_of(self._url)
         failed = sorted(
             (tp, st)
-            for tp, st in self.restorer.statuses().items()
-            if st.state is ReplicaState.FAILED and tp in self._map.actives_of(self._url)
+            for tp, st in statuses.items()
+            if st.state is ReplicaState.FAILED and tp in actives
         )
         if failed:
             (topic, partition), st = failed[0]
@@ -257,9 +259,7 @@ class Node:
                 + (f", as are {len(failed) - 1} more" if len(failed) > 1 else "")
             )
         rebuilding = [
-            tp
-            for tp, st in self.restorer.statuses().items()
-            if st.rebuilds and st.state is ReplicaState.RESTORING
+            tp for tp, st in statuses.items() if st.rebuilds and st.state is ReplicaState.RESTORING
         ]
         if rebuilding:
             return (

@@ -195,7 +195,7 @@ class PartitionStore:
             path.mkdir(parents=True, exist_ok=True)
             self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
         except Exception as exc:
-            if "lock" in str(exc).lower() and "LOCK" in str(exc):
+            if "LOCK" in str(exc):  # RocksDB names its lock file in the message
                 # The state dir's own lock (StoreRegistry.lock) keeps other nodes out, so this
                 # is another process that opened the store directly.
                 raise StateDirLockedError(

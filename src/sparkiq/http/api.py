@@ -150,8 +150,7 @@ class HttpApi:
                 method, path, query, headers, body, identity
             )
         except Exception as exc:
-            if path.startswith("/v1/tables/"):
-                endpoint = _endpoint_of(path)
+            endpoint = self._read_endpoint(path) or endpoint
             if not self.read_raised(method, path, exc):
                 response, outcome = self.error_answer(method, path, exc)
             else:
@@ -170,9 +169,9 @@ class HttpApi:
         """Whether a read of a table that raised `exc` is to be answered once more: counted
         and logged here. Not for a value that does not decode (the producer's data: the
         same again) nor outside the table endpoints."""
-        if isinstance(exc, FormatError) or not path.startswith("/v1/tables/"):
+        endpoint = self._read_endpoint(path)
+        if isinstance(exc, FormatError) or endpoint is None:
             return False
-        endpoint = _endpoint_of(path)
         if isinstance(exc, StorageFault):
             self.metrics.read_failed(endpoint, "storage")
             log.warning(
@@ -194,7 +193,7 @@ class HttpApi:
             # A stored value that does not decode: the producer's data, not the caller's input.
             log.warning("cannot render an answer to %s %s: %s", method, path, exc)
             return error_response(500, EdgeCode.UNDECODABLE, str(exc)), Outcome.ERROR
-        if path.startswith("/v1/tables/"):
+        if self._read_endpoint(path) is not None:
             if not isinstance(exc, StorageFault):
                 log.error("unexpected error answering %s %s", method, path, exc_info=exc)
             failure = Failure(
@@ -228,13 +227,7 @@ class HttpApi:
             table_name = decode_segment(parts[3])
             if isinstance(table_name, Failure):
                 return ("tables", *failed(table_name))
-            endpoint = None
-            if n == 6 and parts[4] == "keys":
-                endpoint, key_segment = self._key_endpoint, parts[5]
-            elif n == 5:
-                endpoint, key_segment = self._table_endpoints.get(parts[4]), ""
-            elif n == 7 and parts[4] == "keys":
-                endpoint, key_segment = self._key_endpoints.get(parts[6]), parts[5]
+            endpoint, key_segment = self._table_endpoint(parts)
             if endpoint is not None:
                 if not identity.may_read(table_name):
                     return (endpoint.name, forbidden(identity, table_name), Outcome.ERROR)
@@ -259,6 +252,26 @@ class HttpApi:
             error_response(404, EdgeCode.NO_ROUTE, f"no endpoint at {path}; see GET /v1/tables"),
             Outcome.ERROR,
         )
+
+    def _table_endpoint(self, parts: list[str]) -> tuple[_Endpoint | None, str]:
+        """The per-table endpoint of a path split at "/" (v1, tables, table checked by the
+        caller), and its raw key segment ("" for table-wide endpoints)."""
+        n = len(parts)
+        if n == 6 and parts[4] == "keys":
+            return self._key_endpoint, parts[5]
+        if n == 5:
+            return self._table_endpoints.get(parts[4]), ""
+        if n == 7 and parts[4] == "keys":
+            return self._key_endpoints.get(parts[6]), parts[5]
+        return None, ""
+
+    def _read_endpoint(self, path: str) -> str | None:
+        """The metrics name of the table read `path` asks for, None if it asks for none."""
+        parts = path.split("/")
+        if len(parts) < 4 or parts[1] != "v1" or parts[2] != "tables":
+            return None
+        endpoint = self._table_endpoint(parts)[0]
+        return None if endpoint is None else endpoint.name
 
     def _simple(self, method: str, answer: Callable[[], Response]) -> Answer:
         if method != "GET":
@@ -505,16 +518,6 @@ class HttpApi:
 
     def _metrics(self) -> Response:
         return Response(200, self.metrics.render(), (("content-type", METRICS_CONTENT_TYPE),))
-
-
-def _endpoint_of(path: str) -> str:
-    """The metrics name of a table endpoint from its raw path."""
-    parts = path.split("/")
-    if len(parts) == 6:
-        return "key"
-    if len(parts) == 5:
-        return parts[4].replace("-", "_")
-    return parts[6] if len(parts) == 7 else "tables"
 
 
 def _no_fixed_placement(table: TableDef, endpoint: str) -> Failure:

@@ -26,7 +26,6 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from sparkiq.http.forward import Unreachable
 from sparkiq.http.gather import (
     Gathered,
     Sources,
@@ -34,8 +33,9 @@ from sparkiq.http.gather import (
     decode_wire_keys,
     gather,
     probe_items,
+    send_ask,
 )
-from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
+from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -405,17 +405,7 @@ async def _ask_range(
     query["limit"] = str(fetch)
     query["partitions"] = ",".join(str(p) for _, p in tps)
     target = f"/v1/tables/{quote(table.name, safe='')}/range?{urlencode(query)}"
-    if not ask.as_stand_in:
-        return await api.locator.forward(
-            ask.url, "GET", target, None, call, on_unreachable=api.metrics.forward_failed
-        )
-    answer = await api.locator.ask(
-        ask.url, "GET", fallback_target(target, bound), None, call, api.settings.active_timeout_s
-    )
-    if isinstance(answer, Unreachable):
-        api.metrics.forward_failed(answer)
-        return None
-    return answer
+    return await send_ask(api, ask, "GET", target, None, call, bound)
 
 
 def _fail(failure: Failure) -> Answer:

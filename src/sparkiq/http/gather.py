@@ -204,13 +204,13 @@ async def gather(
                 _ask(
                     api,
                     table,
-                    ask.url,
+                    ask,
                     remote[ask],
                     pending,
                     wires,
                     public_keys,
                     call,
-                    routes.bound if ask.as_stand_in else None,
+                    routes.bound,
                     probing=probing,
                 )
                 for ask in asks
@@ -279,17 +279,17 @@ def _take(
 async def _ask(
     api: HttpApi,
     table: TableDef,
-    url: str,
+    ask: Ask,
     tps: Sequence[TopicPartition],
     pending: Mapping[TopicPartition, Sequence[int]],
     wires: Sequence[bytes],
     public_keys: Sequence[object],
     call: Call,
-    stand_in_bound: int | None,
+    bound: int,
     *,
     probing: bool,
 ) -> Response | Failure | None:
-    """Ask `url` for the keys of `tps`; as a stand-in (own replicas only) with a bound."""
+    """Ask the node `ask` names for the keys of `tps` (`send_ask`)."""
     indices = _asked(tps, pending)
     if probing:
         body = encode_wire_keys([wires[i] for i in indices])
@@ -300,19 +300,28 @@ async def _ask(
     else:
         body = orjson.dumps({"keys": [public_keys[i] for i in indices]})
         target = call.target
-    if stand_in_bound is not None:
-        answer = await api.locator.ask(
-            url,
-            "POST",
-            fallback_target(target, stand_in_bound),
-            body,
-            call,
-            api.settings.active_timeout_s,
+    return await send_ask(api, ask, "POST", target, body, call, bound)
+
+
+async def send_ask(
+    api: HttpApi, ask: Ask, method: str, target: str, body: bytes | None, call: Call, bound: int
+) -> Response | Failure | None:
+    """Send a read of some partitions to the node `ask` names: to their active as it is
+    (None: unreachable, after a pause, worth another try), or to a stand-in with the internal
+    lag `bound` (own replica or 503 at once; None: unreachable)."""
+    if not ask.as_stand_in:
+        return await api.locator.forward(
+            ask.url, method, target, body, call, on_unreachable=api.metrics.forward_failed
         )
-        if isinstance(answer, Unreachable):
-            api.metrics.forward_failed(answer)
-            return None
-        return answer
-    return await api.locator.forward(
-        url, "POST", target, body, call, on_unreachable=api.metrics.forward_failed
+    answer = await api.locator.ask(
+        ask.url,
+        method,
+        fallback_target(target, bound),
+        body,
+        call,
+        api.settings.active_timeout_s,
     )
+    if isinstance(answer, Unreachable):
+        api.metrics.forward_failed(answer)
+        return None
+    return answer

@@ -193,17 +193,23 @@ class Restorer:
             raise
         except (StorageFault, StateDirMismatchError) as exc:
             self.storage_faults += 1
-            aside = self.registry.quarantine(table.name, partition)
-            log.error(
-                "table %r partition %d: %s; the store is rebuilt from the changelog (the old "
-                "files are kept at %s)",
-                table.name,
-                partition,
-                exc,
-                aside,
-            )
-            self.rebuilds += 1
-            return self.registry.open(table, partition), True
+            log.error("table %r partition %d: %s", table.name, partition, exc)
+            return self._rebuild(table, partition), True
+
+    def _rebuild(self, table: TableDef, partition: int) -> PartitionStore:
+        """Move the (closed) store of (table, partition) aside and open it anew, empty: the
+        partition is restored from the changelog's start."""
+        aside = self.registry.quarantine(table.name, partition)
+        store = self.registry.open(table, partition)
+        self.rebuilds += 1
+        log.warning(
+            "table %r partition %d: its store is rebuilt from the changelog (the failed files "
+            "are kept at %s)",
+            table.name,
+            partition,
+            aside,
+        )
+        return store
 
     def _on_fault(self, store: PartitionStore, fault: StorageFault) -> None:
         """A store's files failed it (any thread): its replica turns FAILED at once."""
@@ -251,16 +257,7 @@ class Restorer:
                     log.info("table %r partition %d: space again; resuming", table.name, partition)
                     replica.replace_store(store, rebuilt=False)
                     continue
-                aside = self.registry.quarantine(table.name, partition)
-                replica.replace_store(self.registry.open(table, partition), rebuilt=True)
-                self.rebuilds += 1
-                log.warning(
-                    "table %r partition %d: rebuilding its store from the changelog (the "
-                    "failed files are kept at %s)",
-                    table.name,
-                    partition,
-                    aside,
-                )
+                replica.replace_store(self._rebuild(table, partition), rebuilt=True)
             except DiskFull as exc:
                 self.registry.close(table.name, partition)
                 replica.fault = exc
@@ -269,9 +266,10 @@ class Restorer:
                 self.registry.close(table.name, partition)
                 replica.fault = exc  # rebuilt on the next turn
 
-    def healing_due(self) -> bool:
-        """Whether a FAILED replica waits for its next attempt (the run loop wakes for it)."""
-        return any(r.state is _FAILED for r in self._replicas.values())
+    def _healing_due(self) -> bool:
+        """Whether a FAILED replica waits for its next attempt (the run loop wakes for it).
+        Read from the published snapshot: `assign` may change the replicas meanwhile."""
+        return any(st.state is _FAILED for st in self._statuses.values())
 
     # -- views (any thread) ---------------------------------------------------------------
 
@@ -317,7 +315,7 @@ class Restorer:
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
                         self._update_ends_from_watermarks(consumer)
-                    if now >= next_heal and self.healing_due():
+                    if now >= next_heal and self._healing_due():
                         next_heal = now + HEAL_RETRY_S
                         self._dirty.set()  # `_heal` decides what is due
                     if now >= next_disk and (disk_job is None or disk_job.done()):
