@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING
@@ -254,7 +254,7 @@ async def run_node(port: int, owner_url: str | None, state_dir: str, interface: 
     kind = node_kind(interface)
     settings = HttpSettings()
     if kind.pipeline_depth is not None:
-        settings = replace(settings, pipeline_depth=kind.pipeline_depth)
+        settings = HttpSettings(forward_pipeline_depth=kind.pipeline_depth)
     auth = None
     if kind.jwt:
         from sparkiq.auth import AuthConfig, ClusterCredential

@@ -113,13 +113,13 @@ def forwarded_requests(n: int) -> list[bytes]:
 
 async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], CountingTransport]:
     """One loop-server connection of a node whose stores are all local actives."""
-    from sparkiq.http.loopserver import _Connection
+    from sparkiq.http.connection import Connection
     from sparkiq.http.server import HttpServer
 
     view, _ = bench_http.bench_view("http://127.0.0.1:8080", state_dir)
     server = HttpServer(view, "127.0.0.1", 8080)
     loop_server = server._loop_server
-    connection = _Connection(loop_server)
+    connection = Connection(loop_server)
     transport = CountingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     # The server flushes its connections once per loop iteration (`LoopServer.to_flush`);
@@ -172,7 +172,7 @@ def callgrind(flag: str) -> None:
 
 async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
     """Requests one at a time through the loop: to an owner node, or forwarded to it."""
-    from sparkiq.http.loopserver import _Connection
+    from sparkiq.http.connection import Connection
     from sparkiq.http.server import HttpServer
 
     owner_port = bench_http.free_port()
@@ -187,7 +187,7 @@ async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
         view, _ = bench_http.bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)
         node = HttpServer(view, "127.0.0.1", port)
     loop_server = node._loop_server
-    connection = _Connection(loop_server)
+    connection = Connection(loop_server)
     transport = WaitingTransport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()

@@ -24,7 +24,7 @@ from sparkiq.partitioner import Partitioner
 from sparkiq.tables import TableDef, TableKind
 
 USERS = TableDef("users", "users-changelog", 2)
-SETTINGS = HttpSettings(budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
+SETTINGS = HttpSettings(request_budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
 
 
 class MapView(StaticView):

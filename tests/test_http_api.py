@@ -41,7 +41,7 @@ def view() -> StaticView:
 
 @pytest.fixture
 def settings() -> HttpSettings:
-    return HttpSettings(budget_s=0.3, max_body_bytes=4096)
+    return HttpSettings(request_budget_s=0.3, max_body_bytes=4096)
 
 
 @pytest.fixture
@@ -235,7 +235,7 @@ async def test_request_waits_through_a_placement_change(view: StaticView) -> Non
     partition = put_value(view, USERS, "user-02", {"n": 2})
     tp = (USERS.topic, partition)
     view.set_placement(tp, None)  # no active at all
-    api = HttpApi(view, HttpSettings(budget_s=3.0))
+    api = HttpApi(view, HttpSettings(request_budget_s=3.0))
     transport = httpx.ASGITransport(app=AsgiApp(api))
     async with httpx.AsyncClient(transport=transport, base_url=ME) as c:
         pending = asyncio.create_task(c.get("/v1/tables/users/keys/user-02"))

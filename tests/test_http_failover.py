@@ -23,7 +23,7 @@ USERS = TableDef("users", "users-changelog", 4)
 KEY = "user-7"
 TP = (USERS.topic, partition_for(KEY.encode(), USERS.partitions))
 SETTINGS = HttpSettings(
-    budget_s=1.0, reconnect_pause_s=0.02, active_timeout_s=0.2, standby_max_lag=100
+    request_budget_s=1.0, reconnect_pause_s=0.02, active_timeout_s=0.2, standby_max_lag=100
 )
 
 

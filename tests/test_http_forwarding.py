@@ -16,7 +16,7 @@ from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 
 USERS = TableDef("users", "users-changelog", 6)
-FAST = HttpSettings(budget_s=0.5, reconnect_pause_s=0.02)
+FAST = HttpSettings(request_budget_s=0.5, reconnect_pause_s=0.02)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from sparkiq.tables import TableDef
 
 USERS = TableDef("users", "users-changelog", 6)
 ANYWHERE = TableDef("anywhere", "anywhere-changelog", 6, partitioner=Partitioner.ANY)
-FAST = HttpSettings(budget_s=1.0, reconnect_pause_s=0.02)
+FAST = HttpSettings(request_budget_s=1.0, reconnect_pause_s=0.02)
 
 
 @pytest.fixture

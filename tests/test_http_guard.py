@@ -29,7 +29,7 @@ from tests.auth_support import CLUSTER_SECRET, SECRET, hs256, tamper, write
 
 USERS = TableDef("users", "users-changelog", 6)
 SECRETS = TableDef("secrets", "secrets-changelog", 2)
-FAST = HttpSettings(budget_s=0.5, reconnect_pause_s=0.02)
+FAST = HttpSettings(request_budget_s=0.5, reconnect_pause_s=0.02)
 
 
 @pytest.fixture
@@ -227,7 +227,7 @@ async def test_over_the_concurrency_limit_is_429(stack: AsyncExitStack, tmp_path
     for view in (pair.a, pair.b):
         view.set_placement((USERS.topic, 1), None)
     waiting = next(k for k in pair.on_b if put_value(pair.b, USERS, k, k) == 1)
-    settings = HttpSettings(budget_s=1.5, reconnect_pause_s=0.02, max_in_flight=2)
+    settings = HttpSettings(request_budget_s=1.5, reconnect_pause_s=0.02, max_in_flight=2)
     auth = AuthConfig.none()
     await pair.start(stack, auth, auth, settings=settings)
     async with httpx.AsyncClient(base_url=pair.a.url, timeout=10) as client:

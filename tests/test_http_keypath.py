@@ -49,7 +49,7 @@ def view() -> StaticView:
 
 @pytest.fixture
 async def api(view: StaticView) -> AsyncIterator[HttpApi]:
-    api = HttpApi(view, HttpSettings(budget_s=0.3))
+    api = HttpApi(view, HttpSettings(request_budget_s=0.3))
     yield api
     await api.close()
 
@@ -286,7 +286,7 @@ def node_view() -> StaticView:
 
 async def serve(stack: AsyncExitStack, view: StaticView, budget_s: float = 0.5) -> HttpServer:
     port = int(view.url.rsplit(":", 1)[1])
-    settings = HttpSettings(budget_s=budget_s, reconnect_pause_s=0.02)
+    settings = HttpSettings(request_budget_s=budget_s, reconnect_pause_s=0.02)
     server = HttpServer(view, "127.0.0.1", port, settings)
     await stack.enter_async_context(server)
     return server

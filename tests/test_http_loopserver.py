@@ -21,14 +21,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
-from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.broker import free_port
 from sparkiq.errors import ConfigError
 from sparkiq.http import HttpApi, HttpSettings
-from sparkiq.http.guard import FORWARD_HEADERS
-from sparkiq.http.loopserver import _FORWARDED, LoopServer, plain_get
-from sparkiq.http.pool import PoolForwarder, _Origin
-from sparkiq.http.requestid import REQUEST_ID
+from sparkiq.http.app import NodeApp
+from sparkiq.http.lanes import not_plain, plain_get
+from sparkiq.http.loopserver import LoopServer
 from sparkiq.http.server import HttpServer
 from sparkiq.http.settings import (
     FD_RESERVE_MIN,
@@ -41,7 +39,7 @@ from sparkiq.http.testing import StaticView, put_value
 from sparkiq.tables import TableDef
 
 USERS = TableDef("users", "users-changelog", 4)
-SETTINGS = HttpSettings(budget_s=0.5, max_body_bytes=1000)
+SETTINGS = HttpSettings(request_budget_s=0.5, max_body_bytes=1000)
 
 
 def users_view(port: int) -> StaticView:
@@ -58,11 +56,13 @@ async def serving(**options: float | int | None) -> AsyncIterator[LoopServer]:
     """A LoopServer over `users_view`, with LoopServer `options`."""
     port = free_port()
     api = HttpApi(users_view(port), SETTINGS)
-    loop_server = LoopServer(api, "127.0.0.1", port, **options)  # type: ignore[arg-type]
+    loop_server = LoopServer(NodeApp(api), "127.0.0.1", port, **options)  # type: ignore[arg-type]
     await loop_server.start()
+    api.metrics.registry.register(loop_server)
     try:
         yield loop_server
     finally:
+        api.metrics.registry.unregister(loop_server)
         await loop_server.stop()
         await api.close()
 
@@ -268,11 +268,16 @@ async def test_stop_closes_open_connections(server: LoopServer) -> None:
 
 
 def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
-    assert plain_get(get("/v1/tables/users/keys/user-1")) == (
+    lane = not_plain(NodeApp.read_headers)
+
+    def plain(data: bytes, known: bytes | None = None) -> tuple[bytes, bytes] | None:
+        return plain_get(data, lane, known)
+
+    assert plain(get("/v1/tables/users/keys/user-1")) == (
         b"/v1/tables/users/keys/user-1",
         get("/")[len(b"GET / HTTP/1.1\r\n") :],
     )
-    assert plain_get(get("/healthz", "User-Agent: x", "Accept: */*")) == (
+    assert plain(get("/healthz", "User-Agent: x", "Accept: */*")) == (
         b"/healthz",
         get("/", "User-Agent: x", "Accept: */*")[len(b"GET / HTTP/1.1\r\n") :],
     )
@@ -296,13 +301,13 @@ def test_the_plain_lane_takes_one_whole_get_without_headers_to_read() -> None:
         get("/healthz", "x-sparkiq-cluster: s"),
         get("/healthz", "content-length : 0"),  # odd spelling: still the parser's
     ]
-    known = plain_get(get("/healthz"))
+    known = plain(get("/healthz"))
     assert known is not None
     for request in declined:
-        assert plain_get(request) is None, request
+        assert plain(request) is None, request
         # A header block found plain before is not looked through again; the rest still is.
-        assert plain_get(request, known[1]) is None, request
-    assert plain_get(get("/v1/tables/users/keys/user-1"), known[1]) == (
+        assert plain(request, known[1]) is None, request
+    assert plain(get("/v1/tables/users/keys/user-1"), known[1]) == (
         b"/v1/tables/users/keys/user-1",
         known[1],
     )
@@ -377,40 +382,6 @@ def forwarded(path: str, request_id: str | None = None, hops: int = 1) -> bytes:
     if request_id is not None:
         lines.append(f"x-request-id: {request_id}")
     return "\r\n".join([*lines, "", ""]).encode()
-
-
-def pool_request(target: str, request_id: str | None, pool: PoolForwarder) -> bytes:
-    token = REQUEST_ID.set(request_id)
-    try:
-        return pool._request(_Origin("127.0.0.1", 8080, 1, None), "GET", target, None, 0, 0.4)
-    finally:
-        REQUEST_ID.reset(token)
-
-
-def test_the_node_lane_reads_the_requests_a_pool_writes() -> None:
-    # `_FORWARDED` describes what `PoolForwarder._request` writes from the other side: were
-    # the two to drift apart, forwards would still be answered (by the parser), only slower.
-    target = "/v1/tables/users/keys/a%2Fb"
-    for rid in ("0123456789abcdef", None):
-        match = _FORWARDED.fullmatch(pool_request(target, rid, PoolForwarder()))
-        assert match is not None
-        assert match.groups() == (target.encode(), b"1", b"400", rid and rid.encode())
-    # With credentials or a cluster signature the parser reads it (the gate checks them).
-    token = FORWARD_HEADERS.set("authorization: Bearer t\r\n")
-    try:
-        assert _FORWARDED.fullmatch(pool_request(target, "r1", PoolForwarder())) is None
-    finally:
-        FORWARD_HEADERS.reset(token)
-    signed = PoolForwarder(cluster=ClusterCredential(b"s" * 32))
-    assert _FORWARDED.fullmatch(pool_request(target, "r1", signed)) is None
-    # Nor does it take a query, another method, or a header more.
-    for request in (
-        forwarded("/v1/tables/users/range?limit=2", "r1"),
-        forwarded("/healthz", "r1").replace(b"GET", b"HEAD"),
-        forwarded("/healthz", "r1").replace(b"\r\n\r\n", b"\r\naccept: */*\r\n\r\n"),
-        forwarded("/healthz", "bad id!"),
-    ):
-        assert _FORWARDED.fullmatch(request) is None, request
 
 
 @pytest.mark.parametrize("path", LANE_PATHS)
@@ -491,7 +462,8 @@ async def refused_at_once(server: LoopServer) -> bytes:
 
 
 def scraped(server: LoopServer) -> str:
-    return server.api.metrics.render().decode()
+    assert isinstance(server.app, NodeApp)
+    return server.app.api.metrics.render().decode()
 
 
 async def test_a_connection_past_the_limit_is_refused_at_once() -> None:

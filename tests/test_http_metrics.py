@@ -23,7 +23,7 @@ from sparkiq.http.testing import StaticView
 from sparkiq.tables import TableDef
 
 USERS = TableDef("users", "users-changelog", 2)
-SETTINGS = HttpSettings(budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
+SETTINGS = HttpSettings(request_budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
 
 
 def url() -> str:

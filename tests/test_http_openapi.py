@@ -72,7 +72,7 @@ TABLES = (USERS, COUNTS, SCORES, DOCS, CLICKS)
 
 # Short waits: a request for a partition nobody can answer is a 503 within 0.15 s.
 SETTINGS = HttpSettings(
-    budget_s=0.15, reconnect_pause_s=0.02, active_timeout_s=0.05, max_body_bytes=64 * 1024
+    request_budget_s=0.15, reconnect_pause_s=0.02, active_timeout_s=0.05, max_body_bytes=64 * 1024
 )
 REQUEST_TIMEOUT_S = 5.0  # a request still unanswered after this long has hung: it fails
 
@@ -106,15 +106,17 @@ class NodeShapedView(StaticView):
                         "standbys": list(placement.standbys),
                         "warming": [],
                         "lags": {},
+                        "misplaced": 0,
                     }
                 )
         return {
             "node": self.url,
             "generation": 3,
-            "partitioner": "murmur2",
             "ready": self.ready,
             "restored_records": 0,
-            "tables": [t.summary() for t in self.tables()],
+            "node_id": f"id-of-{self.url}",
+            "refused": [],
+            "tables": [self.table_summary(t) for t in self.tables()],
             "partitions": partitions,
             "nodes": [
                 {"url": u, "active": [], "standby": [], "warming": [], "lags": {}} for u in (A, B)

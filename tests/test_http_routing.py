@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparkiq.http.routing import RouteKind, route
-from sparkiq.http.view import Placement
 from sparkiq.queries import ReplicaRole
+from sparkiq.topology import Placement
 
 ME, OTHER = "http://127.0.0.1:1", "http://127.0.0.1:2"
 TP = ("t", 0)

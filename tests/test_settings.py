@@ -3,16 +3,49 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from sparkiq.errors import ConfigError
+from sparkiq.http.settings import HttpSettings, TunableHttpSettings
 from sparkiq.settings import NodeSettings
 
 
 def test_every_setting_is_documented() -> None:
-    undocumented = [
-        name for name, field in NodeSettings.model_fields.items() if not field.description
-    ]
-    assert undocumented == []
+    for model in (NodeSettings, HttpSettings):
+        undocumented = [name for name, field in model.model_fields.items() if not field.description]
+        assert undocumented == [], model.__name__
+
+
+def test_the_node_derives_the_http_settings_defined_once() -> None:
+    """The node's HTTP settings are HttpSettings' own fields (one definition), and reach it."""
+    from sparkiq.serving import http_settings
+
+    tunable = TunableHttpSettings.model_fields
+
+    def definitions(model: type[BaseModel]) -> dict[str, tuple[object, ...]]:
+        return {
+            name: (field.annotation, field.default, field.description, field.metadata)
+            for name, field in model.model_fields.items()
+            if name in tunable
+        }
+
+    assert (
+        definitions(NodeSettings) == definitions(HttpSettings) == definitions(TunableHttpSettings)
+    )
+    node = NodeSettings(request_budget_s=2.5, hop_limit=5, max_key_bytes=100, max_connections=9)
+    http = http_settings(node)
+    assert {name: getattr(http, name) for name in tunable} == {
+        name: getattr(node, name) for name in tunable
+    }
+
+
+def test_http_settings_out_of_bounds_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="request_budget_s: Input should be greater than 0"):
+        HttpSettings(request_budget_s=0)
+    with pytest.raises(ConfigError, match=r"default_range_limit .* at most max_range_limit"):
+        HttpSettings(default_range_limit=20, max_range_limit=10)
+    with pytest.raises(ConfigError, match="budget_s: no such setting; they are request_budget_s"):
+        HttpSettings(budget_s=1.0)  # type: ignore[call-arg]
 
 
 def test_environment_supplies_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,9 +77,9 @@ def test_bad_listen_is_rejected() -> None:
 def test_forward_pipeline_depth_reaches_the_http_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkiq.serving import http_settings
 
-    assert http_settings(NodeSettings()).pipeline_depth == 16
+    assert http_settings(NodeSettings()).forward_pipeline_depth == 16
     monkeypatch.setenv("SPARKIQ_FORWARD_PIPELINE_DEPTH", "1")
-    assert http_settings(NodeSettings()).pipeline_depth == 1
+    assert http_settings(NodeSettings()).forward_pipeline_depth == 1
     with pytest.raises(ValidationError, match="forward_pipeline_depth"):
         NodeSettings(forward_pipeline_depth=0)
 

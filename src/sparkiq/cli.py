@@ -1,7 +1,9 @@
 """The `sparkiq` command line: demo, run, serve, table, get, cluster, broker.
 
 Every option that names a place (bootstrap servers, app id, node URL) also reads an
-environment variable, shown in `--help`.
+environment variable, shown in `--help`. The options of `serve` (and `--bootstrap-servers`,
+`--app` and `--kafka-config` everywhere) are made from the fields of `NodeSettings`
+(`sparkiq.cli_options`): name, variable, type, bounds, default and help are the field's.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import click
 import orjson
 
 from sparkiq import __version__
+from sparkiq.cli_options import field_option, settings_options
 from sparkiq.errors import SparkiqError
 from sparkiq.partitioner import Partitioner
-from sparkiq.settings import DEFAULT_APP
+from sparkiq.settings import NodeSettings
 from sparkiq.tables import Format, TableDef, TableKind
 
 if TYPE_CHECKING:
@@ -50,22 +53,13 @@ def _file_option(*names: str, envvar: str, help: str, **kwargs: Any) -> Callable
 
 
 def _bootstrap_option() -> Callable[[_F], _F]:
-    return _env_option(
-        "--bootstrap-servers",
-        envvar="SPARKIQ_BOOTSTRAP_SERVERS",
-        required=True,
-        help="Kafka bootstrap servers, host:port[,host:port].",
-    )
+    # Required on the command line: a node or command pointed at a local broker by default
+    # would fail far from the cause (code and tests may rely on the model's default).
+    return field_option(NodeSettings, "bootstrap_servers", required=True)
 
 
 def _app_option() -> Callable[[_F], _F]:
-    return _env_option(
-        "--app",
-        envvar="SPARKIQ_APP",
-        default=DEFAULT_APP,
-        show_default=True,
-        help="Application id (consumer group '<app>.serving', catalog topic '<app>.catalog').",
-    )
+    return field_option(NodeSettings, "app")
 
 
 def _kafka_security_options(command: _F) -> _F:
@@ -80,11 +74,13 @@ def _kafka_security_options(command: _F) -> _F:
             "ssl.*), overriding --kafka-config (repeatable). Put passwords in the file: a "
             "command line is visible to every user of the machine.",
         ),
-        _file_option(
-            "--kafka-config",
-            envvar="SPARKIQ_KAFKA_CONFIG",
-            help="Properties file of Kafka client security settings (key=value lines, "
-            "librdkafka names) used for every broker connection [default: PLAINTEXT].",
+        # The field holds the loaded settings; the option names their file (None: the
+        # field's default, PLAINTEXT), merged with --kafka-property by `_kafka_security`.
+        field_option(
+            NodeSettings,
+            "kafka_config",
+            click_type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            default=None,
         ),
     ):
         command = option(command)
@@ -133,224 +129,19 @@ def broker(port: int) -> None:
         _wait_for_signal()
 
 
+# Spellings other than `--field-name` / `--field-name/--no-field-name`, as deployed.
+_SERVE_FLAGS = {
+    "jwt_public_key_files": "--jwt-public-key-file",  # repeated, one key file each time
+    "protect_ops": "--protect-ops/--open-ops",
+}
+
+
 @main.command()
 @_bootstrap_option()
 @_app_option()
 @_kafka_security_options
-@click.option(
-    "--listen",
-    envvar="SPARKIQ_LISTEN",
-    show_envvar=True,
-    default="127.0.0.1:8100",
-    show_default=True,
-    help="host:port the HTTP API binds to.",
-)
-@click.option(
-    "--advertised-url",
-    envvar="SPARKIQ_ADVERTISED_URL",
-    show_envvar=True,
-    default=None,
-    help="URL other nodes and clients reach this one at [default: http://LISTEN; with a "
-    "wildcard host (0.0.0.0, ::) this host's name, or the address that routes to the "
-    "brokers]. A wildcard, or loopback while the brokers are elsewhere, is refused.",
-)
-@click.option(
-    "--state-dir",
-    envvar="SPARKIQ_STATE_DIR",
-    show_envvar=True,
-    default="state",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory of this node's RocksDB stores (reused across restarts).",
-)
-@click.option(
-    "--standby-replicas",
-    envvar="SPARKIQ_STANDBY_REPLICAS",
-    show_envvar=True,
-    type=int,
-    default=1,
-    show_default=True,
-    help="Standby copies per partition.",
-)
-@click.option(
-    "--acceptable-lag",
-    envvar="SPARKIQ_ACCEPTABLE_LAG",
-    show_envvar=True,
-    type=int,
-    default=10_000,
-    show_default=True,
-    help="Most offsets behind at which a node may take over a partition.",
-)
-@click.option(
-    "--session-timeout-ms",
-    envvar="SPARKIQ_SESSION_TIMEOUT_MS",
-    show_envvar=True,
-    type=int,
-    default=6_000,
-    show_default=True,
-    help="Group session timeout (failure detection).",
-)
-@_env_option(
-    "--heartbeat-interval-ms",
-    envvar="SPARKIQ_HEARTBEAT_INTERVAL_MS",
-    type=click.IntRange(min=100),
-    default=None,
-    help="Group heartbeat interval; keep it a third of the session timeout or less "
-    "[default: 1000].",
-)
-@_env_option(
-    "--standby-max-lag",
-    envvar="SPARKIQ_STANDBY_MAX_LAG",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Most offsets behind at which a standby answers when the active cannot "
-    "(a request's max_lag overrides it) [default: 10000].",
-)
-@_env_option(
-    "--active-timeout-s",
-    envvar="SPARKIQ_ACTIVE_TIMEOUT_S",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="How long the active gets before a standby is asked [default: 1.0].",
-)
-@click.option(
-    "--request-budget-s",
-    envvar="SPARKIQ_REQUEST_BUDGET_S",
-    show_envvar=True,
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="How long a request waits for a restoring partition before 503.",
-)
-@click.option(
-    "--log-level", envvar="SPARKIQ_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True
-)
-@_env_option(
-    "--log-format",
-    envvar="SPARKIQ_LOG_FORMAT",
-    type=click.Choice(["text", "json"]),
-    default=None,
-    help="Log lines as text, or as one JSON object per line (with node and request id) "
-    "[default: text].",
-)
-@_env_option(
-    "--access-log/--no-access-log",
-    envvar="SPARKIQ_ACCESS_LOG",
-    default=None,
-    help="Log one line per answered request (endpoint, outcome, status, ms, request id) "
-    "[default: off].",
-)
-@_env_option(
-    "--auth",
-    envvar="SPARKIQ_AUTH",
-    type=click.Choice(["none", "required"]),
-    default=None,
-    help="'none' serves without authentication (never the default: a node with no "
-    "credential source refuses to start without it).",
-)
-@_file_option(
-    "--jwt-secret-file",
-    envvar="SPARKIQ_JWT_SECRET_FILE",
-    help="Accept HS256 bearer tokens signed with the secret in this file (>= 32 bytes).",
-)
-@_file_option(
-    "--jwt-public-key-file",
-    "jwt_public_key_files",
-    envvar="SPARKIQ_JWT_PUBLIC_KEY_FILES",
-    multiple=True,
-    help="Accept RS256/ES256 bearer tokens verified by this PEM public key (repeatable).",
-)
-@_file_option(
-    "--jwks-file",
-    envvar="SPARKIQ_JWKS_FILE",
-    help="Accept RS256/ES256 bearer tokens verified by the keys of this JWKS file (by kid).",
-)
-@_env_option("--jwt-audience", envvar="SPARKIQ_JWT_AUDIENCE", default=None, help="Required aud.")
-@_env_option("--jwt-issuer", envvar="SPARKIQ_JWT_ISSUER", default=None, help="Required iss.")
-@_env_option(
-    "--jwt-tables-claim",
-    envvar="SPARKIQ_JWT_TABLES_CLAIM",
-    default=None,
-    help='Claim listing the tables a token may read, or "*" [default: tables].',
-)
-@_file_option(
-    "--api-keys-file",
-    envvar="SPARKIQ_API_KEYS_FILE",
-    help="Accept the X-API-Key values listed (as sha256 digests, with their tables) here.",
-)
-@_file_option(
-    "--cluster-secret-file",
-    envvar="SPARKIQ_CLUSTER_SECRET_FILE",
-    help="Secret shared by the nodes to sign forwarded requests (>= 32 bytes); required "
-    "with authentication.",
-)
-@_env_option(
-    "--protect-ops/--open-ops",
-    envvar="SPARKIQ_PROTECT_OPS",
-    default=None,
-    help="Require credentials for /healthz, /readyz and /metrics too [default: open].",
-)
-@_file_option(
-    "--tls-cert-file",
-    envvar="SPARKIQ_TLS_CERT_FILE",
-    help="Serve HTTPS with this PEM certificate (chain); needs --tls-key-file.",
-)
-@_file_option(
-    "--tls-key-file",
-    envvar="SPARKIQ_TLS_KEY_FILE",
-    help="PEM private key of --tls-cert-file.",
-)
-@_file_option(
-    "--tls-ca-file",
-    envvar="SPARKIQ_TLS_CA_FILE",
-    help="CA certificates trusted when forwarding to other nodes over https "
-    "[default: the system's].",
-)
-@_env_option(
-    "--max-in-flight",
-    envvar="SPARKIQ_MAX_IN_FLIGHT",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Requests answered at once; past it, 429 with Retry-After [default: 512].",
-)
-@_env_option(
-    "--forward-pipeline-depth",
-    envvar="SPARKIQ_FORWARD_PIPELINE_DEPTH",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Single-key reads to one owner pipelined on one connection; 1: none [default: 16].",
-)
-@_env_option(
-    "--max-connections",
-    envvar="SPARKIQ_MAX_CONNECTIONS",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Client connections held open at once; past it a new one is answered 503 and "
-    "closed at once [default: the open-file limit, raised to its hard limit at start, less "
-    "a reserve for Kafka and RocksDB (a quarter, at least 256) and the listen backlog "
-    "(1024); at least 128].",
-)
-@_env_option(
-    "--header-timeout-s",
-    envvar="SPARKIQ_HEADER_TIMEOUT_S",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Close a connection that sends no request within this many seconds [default: 10].",
-)
-@_env_option(
-    "--idle-timeout-s",
-    envvar="SPARKIQ_IDLE_TIMEOUT_S",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Close a keep-alive connection idle this long between requests [default: 75].",
-)
-@_env_option(
-    "--request-timeout-s",
-    envvar="SPARKIQ_REQUEST_TIMEOUT_S",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Answer 408 (and close) a request not fully arrived this long after its first "
-    "bytes [default: 30].",
+@settings_options(
+    NodeSettings, exclude=("bootstrap_servers", "app", "kafka_config"), flags=_SERVE_FLAGS
 )
 def serve(**options: Any) -> None:
     """Run a serving node: join the cluster, restore partitions, answer HTTP queries."""
@@ -358,7 +149,6 @@ def serve(**options: Any) -> None:
 
     from sparkiq.http.settings import raise_open_file_limit
     from sparkiq.serving import run_node
-    from sparkiq.settings import NodeSettings
 
     options["kafka_config"] = _kafka_security(
         options.pop("kafka_config"), options.pop("kafka_properties")

@@ -33,6 +33,7 @@ import httpx
 import orjson
 
 from sparkiq.errors import ClientError, FormatError, SparkiqError
+from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.tls import client_context
 from sparkiq.partitioner import Partitioner
 from sparkiq.serde import key_codec
@@ -414,7 +415,7 @@ class Client:
                     answer: dict[str, Any] = resp.json()
                     return answer
                 error = _error_of(resp)
-                if resp.status_code == 404 and absent_ok and error[0] == "not_found":
+                if resp.status_code == 404 and absent_ok and error[0] == ErrorCode.NOT_FOUND:
                     return None
                 if resp.status_code not in _RETRYABLE:
                     raise ClientError(f"{resp.status_code} {error[0]}: {error[1]}")
@@ -450,4 +451,5 @@ def _error_of(resp: httpx.Response) -> tuple[str, str]:
         err = resp.json()["error"]
         return str(err["code"]), str(err["message"])
     except (ValueError, KeyError, TypeError):
+        # Not the error shape (a proxy's answer, say): no `ErrorCode`, a label of the client's.
         return "http_error", resp.text[:200]

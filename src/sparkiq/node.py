@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkiq.catalog import CatalogWatcher
-from sparkiq.http.view import Placement
 from sparkiq.membership import GroupMember
 from sparkiq.queries import ReplicaRole
 from sparkiq.restore import PartitionStatus, ReplicaState, Restorer
 from sparkiq.settings import NodeSettings
 from sparkiq.store import StoreRegistry
 from sparkiq.tables import TableDef
-from sparkiq.topology import ClusterMap, MemberInfo, TopicPartition
+from sparkiq.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 
 if TYPE_CHECKING:
     from sparkiq.store import PartitionStore

@@ -36,20 +36,8 @@ log = logging.getLogger("sparkiq.serving")
 
 
 def http_settings(settings: NodeSettings) -> HttpSettings:
-    return HttpSettings(
-        budget_s=settings.request_budget_s,
-        hop_limit=settings.hop_limit,
-        max_key_bytes=settings.max_key_bytes,
-        max_body_bytes=settings.max_body_bytes,
-        standby_max_lag=settings.standby_max_lag,
-        active_timeout_s=settings.active_timeout_s,
-        max_in_flight=settings.max_in_flight,
-        pipeline_depth=settings.forward_pipeline_depth,
-        max_connections=settings.max_connections,
-        header_timeout_s=settings.header_timeout_s,
-        idle_timeout_s=settings.idle_timeout_s,
-        request_timeout_s=settings.request_timeout_s,
-    )
+    """The HTTP layer's settings: the node's tunable ones, the rest as fixed in code."""
+    return HttpSettings.tuned(settings)
 
 
 def auth_config(settings: NodeSettings) -> AuthConfig:

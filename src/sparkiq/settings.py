@@ -1,7 +1,11 @@
-"""The serving node's settings: one frozen model, every field documented.
+"""The serving node's settings: one frozen model, every field documented and bounded.
 
 Values come from keyword arguments (the CLI passes its options), then environment variables
-named `SPARKIQ_<FIELD>` (e.g. `SPARKIQ_BOOTSTRAP_SERVERS`), then the defaults below.
+named `SPARKIQ_<FIELD>` (e.g. `SPARKIQ_BOOTSTRAP_SERVERS`), then the defaults below. The HTTP
+layer's tunable settings are fields too, defined once in `TunableHttpSettings`, which
+`NodeSettings` derives from. `sparkiq serve`'s options are made from these fields
+(`sparkiq.cli_options`): an option's name, variable, type, bounds, default and help are the
+field's.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sparkiq.advertise import advertised_url, check_advertised
 from sparkiq.errors import ConfigError
+from sparkiq.http.settings import TunableHttpSettings
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 DEFAULT_APP = "sparkiq"
 
 
-class NodeSettings(BaseSettings):
-    """Settings of one serving node."""
+class NodeSettings(TunableHttpSettings, BaseSettings):
+    """Settings of one serving node: its own below, and the HTTP layer's it inherits."""
 
     model_config = SettingsConfigDict(env_prefix="SPARKIQ_", frozen=True, extra="forbid")
 
@@ -30,9 +35,9 @@ class NodeSettings(BaseSettings):
     )
     kafka_config: Annotated[KafkaSecurity, NoDecode] = Field(
         PLAINTEXT,
-        description="Kafka client security settings for every broker connection of the node "
-        "(librdkafka names: security.protocol, sasl.*, ssl.*): a properties file "
-        "(SPARKIQ_KAFKA_CONFIG=path) or a KafkaSecurity. Empty: PLAINTEXT.",
+        description="Properties file of Kafka client security settings (key=value lines, "
+        "librdkafka names: security.protocol, sasl.*, ssl.*) used for every broker "
+        "connection; without one, PLAINTEXT.",
     )
     app: str = Field(
         DEFAULT_APP,
@@ -68,85 +73,33 @@ class NodeSettings(BaseSettings):
         description="Consumer group session timeout: how fast a dead node is noticed.",
     )
     heartbeat_interval_ms: int = Field(
-        1_000, ge=100, description="Consumer group heartbeat interval."
-    )
-    request_budget_s: float = Field(
-        5.0,
-        gt=0,
-        description="How long a request may wait for a restoring or moving partition before "
-        "answering 503 with Retry-After.",
-    )
-    standby_max_lag: int = Field(
-        10_000,
-        ge=0,
-        description="When a partition's active cannot answer a read (down, timed out, "
-        "restoring), a standby at most this many offsets behind answers instead; a request's "
-        "max_lag=N sets its own bound.",
-    )
-    active_timeout_s: float = Field(
-        1.0,
-        gt=0,
-        description="How long a read waits for the active's answer before asking a standby.",
-    )
-    hop_limit: int = Field(
-        3, ge=1, description="Most times one request may be forwarded between nodes."
-    )
-    max_key_bytes: int = Field(4_096, ge=1, description="Largest key accepted, in bytes.")
-    max_body_bytes: int = Field(
-        1_048_576, ge=1, description="Largest request body accepted, in bytes."
+        1_000,
+        ge=100,
+        description="Consumer group heartbeat interval; keep it a third of the session "
+        "timeout or less.",
     )
     log_level: str = Field("INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
-    max_in_flight: int = Field(
-        512,
-        ge=1,
-        description="Requests the node answers at once; past it, 429 with Retry-After.",
-    )
-    forward_pipeline_depth: int = Field(
-        16,
-        ge=1,
-        description="Single-key reads forwarded to one owner in one loop iteration share a "
-        "connection, up to this many (HTTP/1.1 pipelining); 1 sends each on its own.",
-    )
-    max_connections: int | None = Field(
-        None,
-        ge=1,
-        description="Client connections held open at once (other nodes' included); past it a "
-        "new connection is answered 503 (too_many_connections, Retry-After) and closed at "
-        "once. Default: the open-file limit (raised to its hard limit at start) less a "
-        "reserve for Kafka clients and RocksDB files (a quarter of it, at least 256) and the "
-        "listen backlog (1024), at least 128.",
-    )
-    header_timeout_s: float = Field(
-        10.0,
-        gt=0,
-        description="A connection that sends no request (nor finishes its TLS handshake) "
-        "within this many seconds is closed.",
-    )
-    idle_timeout_s: float = Field(
-        75.0,
-        gt=0,
-        description="A keep-alive connection idle this many seconds between requests is closed.",
-    )
-    request_timeout_s: float = Field(
-        30.0,
-        gt=0,
-        description="A request whose head or body has not fully arrived this many seconds "
-        "after its first bytes is answered 408 and its connection closed.",
-    )
     # -- authentication (sparkiq.auth): on as soon as a credential source is given --------
     auth: Literal["none", "required"] | None = Field(
         None,
-        description="'none' serves without authentication (must be asked for); 'required' "
-        "(implied by any credential source) checks every request.",
+        description="'none' serves without authentication (never the default: a node with no "
+        "credential source refuses to start without it); 'required' (implied by any "
+        "credential source) checks every request.",
     )
     jwt_secret_file: Path | None = Field(
-        None, description="File holding the HS256 shared secret (at least 32 bytes)."
+        None,
+        description="Accept HS256 bearer tokens signed with the secret in this file (at least "
+        "32 bytes).",
     )
     jwt_public_key_files: tuple[Path, ...] = Field(
-        (), description="PEM public keys: RSA (RS256) or P-256 EC (ES256)."
+        (),
+        description="Accept RS256/ES256 bearer tokens verified by these PEM public keys (RSA "
+        "or P-256 EC); the option is repeatable.",
     )
     jwks_file: Path | None = Field(
-        None, description="JWKS file of RS256/ES256 public keys, picked by kid; re-read on change."
+        None,
+        description="Accept RS256/ES256 bearer tokens verified by the keys of this JWKS file "
+        "(picked by kid; re-read when it changes).",
     )
     jwt_audience: str | None = Field(None, description="Tokens must name this audience (aud).")
     jwt_issuer: str | None = Field(None, description="Tokens must come from this issuer (iss).")
@@ -154,7 +107,9 @@ class NodeSettings(BaseSettings):
         "tables", description='Claim listing the tables a token may read (or "*").'
     )
     api_keys_file: Path | None = Field(
-        None, description="JSON file of API keys (sha256 digests) and their tables."
+        None,
+        description="Accept the X-API-Key values listed in this JSON file (as sha256 digests, "
+        "with their tables).",
     )
     cluster_secret_file: Path | None = Field(
         None,
@@ -166,11 +121,16 @@ class NodeSettings(BaseSettings):
     )
     # -- TLS (sparkiq.http.tls) -------------------------------------------------------------
     tls_cert_file: Path | None = Field(
-        None, description="PEM certificate (chain) the HTTP API serves; with tls_key_file."
+        None,
+        description="Serve HTTPS only, with this PEM certificate (chain); needs the TLS key file.",
     )
-    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    tls_key_file: Path | None = Field(
+        None, description="PEM private key of the TLS certificate file."
+    )
     tls_ca_file: Path | None = Field(
-        None, description="CA certificates trusted when forwarding to other nodes over https."
+        None,
+        description="CA certificates trusted when forwarding to other nodes over https "
+        "(default: the system's).",
     )
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from sparkiq.queries import ReplicaRole
+
 TopicPartition = tuple[str, int]
 
 PROTOCOL_VERSION = 1
@@ -163,3 +165,33 @@ class ClusterMap:
             misplaced=self.misplaced,
             refused=self.refused,
         )
+
+
+# A module constant: on Python 3.11 `ReplicaRole.ACTIVE` goes through EnumType.__getattr__.
+_ACTIVE = ReplicaRole.ACTIVE
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where one changelog partition lives, seen from this node. Treat it as immutable.
+
+    Not a frozen dataclass: a node builds one for every read it does not answer from its
+    own active replica, and a frozen one's __init__ (an object.__setattr__ per field)
+    measured ~2.8x the cost of this one's (2.1 against 0.76 us).
+    """
+
+    tp: TopicPartition
+    active: str | None  # URL of the active node (may be this node's own URL); None = unassigned
+    standbys: tuple[str, ...] = ()
+    local_role: ReplicaRole | None = None  # this node's replica, if it has one
+    local_ready: bool = False  # True once the local replica has restored (may serve)
+    local_offset: int | None = None  # next changelog offset the local replica will apply
+    local_lag: int | None = None  # offsets behind the changelog end
+    # False while local_lag is measured against no real end yet (a replica just assigned has
+    # not fetched: its lag reads 0 whatever the changelog holds); such a replica never
+    # answers in place of the active.
+    local_lag_known: bool = True
+
+    @property
+    def is_local_active(self) -> bool:
+        return self.local_role is _ACTIVE and self.local_ready

@@ -22,6 +22,7 @@ from typing import Protocol
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.errors import FormatError, StorageFault
 from sparkiq.http import failover, fanout
+from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
 from sparkiq.http.keypath import KeyPath
@@ -41,7 +42,6 @@ from sparkiq.http.pool import PoolForwarder
 from sparkiq.http.responses import (
     JSON_HEADERS,
     Answer,
-    EdgeCode,
     Outcome,
     Response,
     error_response,
@@ -100,7 +100,7 @@ class HttpApi:
         auth = auth or AuthConfig.none()
         self.forwarder = forwarder or PoolForwarder(
             self.settings.pool_per_host,
-            pipeline_depth=self.settings.pipeline_depth,
+            pipeline_depth=self.settings.forward_pipeline_depth,
             cluster=auth.cluster,
             ssl_context=client_ssl,
         )
@@ -192,7 +192,7 @@ class HttpApi:
         if isinstance(exc, FormatError):
             # A stored value that does not decode: the producer's data, not the caller's input.
             log.warning("cannot render an answer to %s %s: %s", method, path, exc)
-            return error_response(500, EdgeCode.UNDECODABLE, str(exc)), Outcome.ERROR
+            return error_response(500, ErrorCode.UNDECODABLE_VALUE, str(exc)), Outcome.ERROR
         if self._read_endpoint(path) is not None:
             if not isinstance(exc, StorageFault):
                 log.error("unexpected error answering %s %s", method, path, exc_info=exc)
@@ -206,7 +206,7 @@ class HttpApi:
         # A bug, not bad input: bad input is answered as a Failure before it gets here.
         log.error("unexpected error answering %s %s", method, path, exc_info=exc)
         response = error_response(
-            500, EdgeCode.INTERNAL, "internal error; the node logged the details"
+            500, ErrorCode.INTERNAL, "internal error; the node logged the details"
         )
         return response, Outcome.ERROR
 
@@ -249,7 +249,7 @@ class HttpApi:
             return ("metrics", *self._simple(method, self._metrics))
         return (
             "unknown",
-            error_response(404, EdgeCode.NO_ROUTE, f"no endpoint at {path}; see GET /v1/tables"),
+            error_response(404, ErrorCode.NO_ROUTE, f"no endpoint at {path}; see GET /v1/tables"),
             Outcome.ERROR,
         )
 
@@ -511,7 +511,7 @@ class HttpApi:
         reason = self.view.unready_reason() or "it has not joined the group or is restoring"
         return error_response(
             503,
-            EdgeCode.NOT_READY,
+            ErrorCode.NOT_READY,
             f"node is not ready: {reason}",
             (*JSON_HEADERS, ("retry-after", str(self.settings.retry_after_s))),
         )
@@ -533,7 +533,7 @@ def _no_fixed_placement(table: TableDef, endpoint: str) -> Failure:
 def _wrong_method(method: str, allowed: str) -> Response:
     return error_response(
         405,
-        EdgeCode.METHOD_NOT_ALLOWED,
+        ErrorCode.METHOD_NOT_ALLOWED,
         f"{method} is not allowed here; use {allowed}",
         (*JSON_HEADERS, ("allow", allowed)),
     )

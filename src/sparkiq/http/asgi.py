@@ -1,47 +1,38 @@
-"""ASGI adapter: serves `HttpApi` to any ASGI server, and to tests through httpx.ASGITransport.
+"""ASGI adapter: serves the node's API to any ASGI server, and to tests through
+httpx.ASGITransport.
 
-It only moves bytes: raw path, query string, the headers the API reads, a body of bounded
-size in; status, headers and body out. Every request passes the API's gate first
-(`sparkiq.http.guard`: request id, concurrency limit, caller, cluster signature); a refusal is
-sent as it is. A GET without a query string goes to the key path (`sparkiq.http.keypath`)
-first, which answers single-key lookups without the generic dispatch; whatever it declines
-goes to `HttpApi.handle`. Every answer carries the request's `x-request-id`. Lifespan events
-are acknowledged (the node owns the API's lifetime, not the server).
+A pure-Python second server on the seam (`sparkiq.http.interface.App`), as the loop server
+is the one nodes run: it only moves bytes. The raw target, the headers and a body of at most
+`App.max_body_bytes` go in (`body=None` past it); the app's answer comes out: at once, when
+a `Later` settles, or as a `Stream`'s chunks (`more_body`). Every answer carries the request's
+`x-request-id`. Lifespan events are acknowledged (the node owns the API's lifetime, not the
+server).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from sparkiq.auth import Identity
-from sparkiq.auth.apikeys import API_KEY_HEADER
-from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
-from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
-from sparkiq.http.responses import Response, raw_headers
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+from sparkiq.http.app import NodeApp
+from sparkiq.http.interface import REQUEST_ID, REQUEST_ID_HEADER, App, Response, Stream
+from sparkiq.http.responses import JSON_HEADERS, raw_headers
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-_HOPS = HOPS_HEADER.encode()
-_BUDGET = BUDGET_HEADER.encode()
-_AUTHORIZATION = b"authorization"
-_API_KEY = API_KEY_HEADER.encode()
-_CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 
 
 class AsgiApp:
-    """`HttpApi` as an ASGI 3 application."""
+    """An `App` (a node's `HttpApi`, behind `NodeApp`) as an ASGI 3 application."""
 
-    def __init__(self, api: HttpApi) -> None:
-        self.api = api
-        self._keys = api.keys
-        self._gate = api.gate
+    def __init__(self, api: HttpApi | App) -> None:
+        self.app: App = NodeApp(api) if isinstance(api, HttpApi) else api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -49,20 +40,11 @@ class AsgiApp:
             if kind == "lifespan":
                 await _lifespan(receive, send)
             return
-        hops = budget = authorization = api_key = signature = request_id = None
+        headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
-            if name == _HOPS:
-                hops = value
-            elif name == _BUDGET:
-                budget = value
-            elif name == _AUTHORIZATION:
-                authorization = value.decode("latin-1")
-            elif name == _API_KEY:
-                api_key = value.decode("latin-1")
-            elif name == _CLUSTER:
-                signature = value.decode("latin-1")
-            elif name == _REQUEST_ID:
-                request_id = value.decode("latin-1")
+            key = name.lower()
+            # Repeated headers are joined as RFC 9110 allows for list-valued fields.
+            headers[key] = headers[key] + b", " + value if key in headers else value
         # The raw path keeps %2F inside a key apart from "/"; some clients (httpx's
         # ASGITransport) put the query string (or the "?" of an empty one) in it too.
         raw_path: bytes | None = scope.get("raw_path")
@@ -70,58 +52,55 @@ class AsgiApp:
             raw_path = scope["path"].encode("utf-8")
         elif b"?" in raw_path:
             raw_path = raw_path.partition(b"?")[0]
-        path = raw_path.decode("latin-1")
         query: bytes = scope["query_string"]
-        method: str = scope["method"]
-        gate = self._gate
-        admitted = gate.admit(
-            method,
-            path,
-            f"{path}?{query.decode('latin-1')}" if query else path,
-            authorization=authorization,
-            api_key=api_key,
-            request_id=request_id,
-            hops=None if hops is None else hops.decode("latin-1"),
-            signature=signature,
-        )
-        if isinstance(admitted, Response):
-            await _send(send, admitted)
-            return
-        gate.in_flight += 1
-        try:
-            response = None
-            if method == "GET" and not query:
-                # The hot path first: a GET without a query whose raw path the key path knows.
-                response = await self._keys.answer(raw_path, hops, budget, admitted)
-            if response is None:
-                response = await self._generic(scope, receive, path, query, admitted)
-        finally:
-            gate.in_flight -= 1
-        await _send(send, response)
+        target = raw_path + b"?" + query if query else raw_path
+        body = await _read_body(receive, headers, self.app.max_body_bytes)
+        answer = self.app.answer(scope["method"], target, headers, body)
+        if isinstance(answer, bytes):
+            await _send(send, Response(200, answer, JSON_HEADERS))
+        elif isinstance(answer, Response):
+            await _send(send, answer)
+        elif isinstance(answer, Stream):
+            await _send_stream(send, answer)
+        else:
+            settled: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+            answer.then(settled.set_result)
+            try:
+                response = await settled
+            except asyncio.CancelledError:
+                answer.cancel()
+                raise
+            await _send(send, response)
 
-    async def _generic(
-        self, scope: Scope, receive: Receive, path: str, query: bytes, identity: Identity
-    ) -> Response:
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        method: str = scope["method"]
-        body: bytes | None = b""
-        if method == "POST":
-            body = await _read_body(receive, headers, self.api.settings.max_body_bytes)
-        if body is None:
-            return self.api.body_too_large()
-        return await self.api.handle(method, path, query.decode("latin-1"), headers, body, identity)
+
+def _id_header() -> tuple[bytes, bytes]:
+    return (_REQUEST_ID, (REQUEST_ID.get() or "").encode())
 
 
 async def _send(send: Send, response: Response) -> None:
     """Send `response`, with the request's id."""
-    headers = [*raw_headers(response.headers), (_REQUEST_ID, (REQUEST_ID.get() or "").encode())]
+    headers = [*raw_headers(response.headers), _id_header()]
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})
 
 
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes | None:
+async def _send_stream(send: Send, stream: Stream) -> None:
+    """Send a `Stream`: its head, then each chunk as it comes."""
+    headers = [*raw_headers(stream.headers), _id_header()]
+    await send({"type": "http.response.start", "status": stream.status, "headers": headers})
+    try:
+        async for chunk in stream.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        aclose = getattr(stream.chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _read_body(receive: Receive, headers: dict[bytes, bytes], limit: int) -> bytes | None:
     """The request body; None once it is over `limit` bytes (read no further)."""
-    declared = headers.get("content-length")
+    declared = headers.get(b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return None
     chunks: list[bytes] = []

@@ -32,12 +32,12 @@ from sparkiq.http.keyread import (
     TableEntry,
     read_answer,
 )
+from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response, is_absent
 from sparkiq.queries import Failure
 from sparkiq.topology import TopicPartition
 
 if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
     from sparkiq.http.settings import HttpSettings
     from sparkiq.http.view import NodeView
 
@@ -48,7 +48,7 @@ class Beyond:
     """`KeyPath`'s look beyond a key's own partition (see the module docstring)."""
 
     # Set by `KeyPath.__init__` (and `_node_json` by `answer_now`).
-    _api: HttpApi
+    _api: ApiParts
     _view: NodeView
     _settings: HttpSettings
     _observe: Callable[[str, Outcome, int, float], None]

@@ -23,22 +23,19 @@ reached, like every read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, fallback_target
+from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failed
 from sparkiq.queries import Failure
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
 
 Read = Callable[[LocalReplica], Answer]
 
 
 async def answer_single(
-    api: HttpApi,
+    api: ApiParts,
     tp: TopicPartition,
     call: Call,
     read: Read,
@@ -97,12 +94,14 @@ async def answer_single(
         found = None
 
 
-def _anyone_holds(api: HttpApi, tp: TopicPartition) -> bool:
+def _anyone_holds(api: ApiParts, tp: TopicPartition) -> bool:
     placement = api.view.placement(tp)
     return placement.active is not None or bool(placement.standbys)
 
 
-async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Read) -> Answer | None:
+async def _ask_stand_ins(
+    api: ApiParts, tp: TopicPartition, call: Call, read: Read
+) -> Answer | None:
     """A replica within the call's bound answers for the active: local first, then others."""
     bound = call.stand_in_bound(api.settings)
     local = api.locator.stand_in(tp, bound)
@@ -122,7 +121,7 @@ async def _ask_stand_ins(api: HttpApi, tp: TopicPartition, call: Call, read: Rea
     return None
 
 
-def answer_as_stand_in(api: HttpApi, tp: TopicPartition, bound: int, read: Read) -> Answer:
+def answer_as_stand_in(api: ApiParts, tp: TopicPartition, bound: int, read: Read) -> Answer:
     """Asked by another node in place of a failed active: this node's replica or 503 now."""
     found = api.locator.local_only(tp, bound)
     return failed(found) if isinstance(found, Failure) else read(found)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
@@ -45,15 +45,13 @@ from sparkiq.http.params import (
     parse_key_json,
     parse_key_text,
 )
+from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.settings import FALLBACK_PARAM
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.serde import split_window_store_key
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
 
 RANGE_PARAMS = frozenset(
     ("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions", FALLBACK_PARAM)
@@ -67,7 +65,7 @@ _ALL_WINDOWS = b"\xff" * 8
 
 
 async def multi_get(
-    api: HttpApi, table: TableDef, params: Params, call: Call, body: bytes
+    api: ApiParts, table: TableDef, params: Params, call: Call, body: bytes
 ) -> Answer:
     settings = api.settings
     if len(body) > settings.max_body_bytes:
@@ -126,7 +124,7 @@ async def multi_get(
     return Response(200, body), got.outcome()
 
 
-def looks_everywhere(api: HttpApi, table: TableDef, call: Call) -> bool:
+def looks_everywhere(api: ApiParts, table: TableDef, call: Call) -> bool:
     """Whether keys missing from their own partition are looked for in every other one:
     on a table of unknown placement, or one whose changelog holds misplaced records. Only
     the node a client asked does it (another node asked on its behalf answers for the
@@ -148,7 +146,7 @@ def _elsewhere(
     return plan
 
 
-async def _probe(api: HttpApi, table: TableDef, params: Params, call: Call, body: bytes) -> Answer:
+async def _probe(api: ApiParts, table: TableDef, params: Params, call: Call, body: bytes) -> Answer:
     """Another node's probe: every key of the body in every partition listed."""
     parts = _probed_partitions(params, table, call, 'send {"keys": [...]} instead')
     if isinstance(parts, Failure):
@@ -166,7 +164,7 @@ async def _probe(api: HttpApi, table: TableDef, params: Params, call: Call, body
 
 
 async def probe_key(
-    api: HttpApi, table: TableDef, key_text: str, wire: bytes, params: Params, call: Call
+    api: ApiParts, table: TableDef, key_text: str, wire: bytes, params: Params, call: Call
 ) -> Answer:
     """Another node's probe of one key (`GET .../keys/{key}?partitions=...`): the key from
     the listed partitions only, or 404 if none holds it."""
@@ -189,7 +187,7 @@ def _probed_partitions(
 
 
 async def find_key(
-    api: HttpApi,
+    api: ApiParts,
     table: TableDef,
     key_text: str,
     wire: bytes,
@@ -239,7 +237,7 @@ def _fail_as(failure: Failure, outcome: Outcome) -> Answer:
 # -- range -------------------------------------------------------------------------------------
 
 
-async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) -> Answer:
+async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call) -> Answer:
     settings = api.settings
     internal = "partitions" in params
     if internal and call.hops == 0:
@@ -329,7 +327,7 @@ async def range_scan(api: HttpApi, table: TableDef, params: Params, call: Call) 
 
 
 def _range_bounds(
-    api: HttpApi, table: TableDef, params: Params
+    api: ApiParts, table: TableDef, params: Params
 ) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
     """from/to/prefix/cursor -> store-key bounds (lo, hi inclusive, prefix, after)."""
     codec = codecs(table)[0]
@@ -391,7 +389,7 @@ def _render_rows(
 
 
 async def _ask_range(
-    api: HttpApi,
+    api: ApiParts,
     ask: Ask,
     table: TableDef,
     params: Params,

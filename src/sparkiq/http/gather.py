@@ -29,7 +29,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -37,13 +37,11 @@ import orjson
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
 from sparkiq.http.params import codecs, decode_cursor, encode_cursor
+from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failed
 from sparkiq.queries import Failure, FailureReason
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
 
 Plan = Mapping[TopicPartition, Sequence[int]]
 
@@ -155,7 +153,7 @@ def probe_items(table: TableDef, wires: Sequence[bytes], got: Gathered) -> list[
 
 
 async def gather(
-    api: HttpApi,
+    api: ApiParts,
     table: TableDef,
     wires: Sequence[bytes],
     plan: Plan,
@@ -277,7 +275,7 @@ def _take(
 
 
 async def _ask(
-    api: HttpApi,
+    api: ApiParts,
     table: TableDef,
     ask: Ask,
     tps: Sequence[TopicPartition],
@@ -304,7 +302,7 @@ async def _ask(
 
 
 async def send_ask(
-    api: HttpApi, ask: Ask, method: str, target: str, body: bytes | None, call: Call, bound: int
+    api: ApiParts, ask: Ask, method: str, target: str, body: bytes | None, call: Call, bound: int
 ) -> Response | Failure | None:
     """Send a read of some partitions to the node `ask` names: to their active as it is
     (None: unreachable, after a pause, worth another try), or to a stand-in with the internal

@@ -25,6 +25,7 @@ from contextvars import ContextVar
 
 from sparkiq.auth import EVERYONE, AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID, accept_request_id, new_request_id
 from sparkiq.http.responses import JSON_HEADERS, Outcome, Response, error_response
@@ -37,11 +38,6 @@ FORWARD_HEADERS: ContextVar[str] = ContextVar("sparkiq_forward_headers", default
 # Paths answered about the node itself: open unless the node protects them, never refused
 # for load.
 OPS_PATHS = frozenset(("/healthz", "/readyz", "/metrics", "/v1/openapi.json"))
-
-UNAUTHENTICATED = "unauthenticated"
-FORBIDDEN = "forbidden"
-NOT_A_NODE = "not_a_cluster_node"
-OVERLOADED = "overloaded"
 
 _CHALLENGE = (*JSON_HEADERS, ("www-authenticate", 'Bearer realm="sparkiq"'))
 
@@ -58,7 +54,7 @@ class Gate:
         self.in_flight = 0
         self._busy = error_response(
             429,
-            OVERLOADED,
+            ErrorCode.OVERLOADED,
             f"this node is answering {settings.max_in_flight} requests already; retry shortly",
             (*JSON_HEADERS, ("retry-after", str(settings.retry_after_s))),
         )
@@ -93,7 +89,7 @@ class Gate:
             return self._refuse(
                 error_response(
                     403,
-                    NOT_A_NODE,
+                    ErrorCode.NOT_A_CLUSTER_NODE,
                     "forwarding headers are accepted only from nodes of this cluster "
                     "(the cluster signature is missing or wrong)",
                 )
@@ -102,7 +98,7 @@ class Gate:
             return _OPS
         found = self.authenticator.authenticate(authorization, api_key)
         if isinstance(found, str):
-            return self._refuse(error_response(401, UNAUTHENTICATED, found, _CHALLENGE))
+            return self._refuse(error_response(401, ErrorCode.UNAUTHENTICATED, found, _CHALLENGE))
         # The caller's credentials go with any forward, checked or not here (a node without
         # authentication still must not open an owner that has it).
         if api_key is not None and _single_line(api_key):
@@ -167,4 +163,6 @@ _OPS = Identity("ops", frozenset(), "none")
 
 def forbidden(identity: Identity, table: str) -> Response:
     """403: `identity` may not read `table` (whether or not the table exists)."""
-    return error_response(403, FORBIDDEN, f"{identity.subject!r} may not read table {table!r}")
+    return error_response(
+        403, ErrorCode.FORBIDDEN, f"{identity.subject!r} may not read table {table!r}"
+    )

@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import TYPE_CHECKING
 
 import orjson
 
@@ -49,14 +48,12 @@ from sparkiq.http.keyread import (
 )
 from sparkiq.http.locate import LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
+from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Outcome, Response, is_absent
 from sparkiq.partitioner import placer
 from sparkiq.queries import Failure
 from sparkiq.tables import Format
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
 
 PREFIX = b"/v1/tables/"
 _KEYS = b"keys"
@@ -68,9 +65,9 @@ _STRING = Format.STRING
 
 
 class KeyPath(Beyond):
-    """Answers single-key GETs for one `HttpApi`, or declines (None) to the generic path."""
+    """Answers single-key GETs for one `ApiParts`, or declines (None) to the generic path."""
 
-    def __init__(self, api: HttpApi) -> None:
+    def __init__(self, api: ApiParts) -> None:
         self._api = api
         self._view = api.view
         self._settings = api.settings

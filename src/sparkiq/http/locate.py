@@ -69,7 +69,7 @@ def new_call(
     `max_lag` starts as None; the caller sets it from the query string.
     """
     hops = 0
-    budget = settings.budget_s
+    budget = settings.request_budget_s
     if raw_hops is not None:
         try:
             hops = int(raw_hops)

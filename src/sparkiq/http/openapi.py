@@ -1,34 +1,45 @@
 """The OpenAPI 3.1 description of HTTP API v1, as a node serves it at GET /v1/openapi.json.
 
 `document(settings)` describes every endpoint `HttpApi` answers, with the limits of the node
-that serves it (range page size, multi-get keys, body and key size), the one error shape,
-and who may call what. It describes the public contract only: the headers and parameters
-nodes send each other when they forward (`x-sparkiq-hops`, `x-sparkiq-budget-ms`, the cluster
-signature, `fallback_lag`, `partitions`) are refused from clients and are not in it.
+that serves it (range page size, multi-get keys, windows, body and key size), the one error
+shape, and who may call what. The schemas of the answers are made from the models of
+`sparkiq.http.models`; the error codes, and which status each has, from
+`sparkiq.http.errorcodes.ErrorCode`. Here are the endpoints (`_operations`: parameters,
+answer model, error answers), the parameters and the error answers (`_ERRORS`: which codes
+each carries), as tables.
+
+It describes the public contract only: the headers and parameters nodes send each other when
+they forward (`x-sparkiq-hops`, `x-sparkiq-budget-ms`, the cluster signature, `fallback_lag`,
+`partitions`) are refused from clients and are not in it.
 
 tests/test_http_openapi.py keeps the description and the code together: it probes every
 route the dispatcher answers against the paths described here, and fuzzes the API from this
-document (schemathesis) for 5xx answers, hangs and answers that do not match it.
+document (schemathesis) for 5xx answers, hangs and answers that do not match it;
+tests/test_http_models.py validates real answers with the models, and
+tests/test_http_errorcodes.py checks that every code is described and sent.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 from sparkiq import __version__
+from sparkiq.http import models
+from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.responses import Response
 from sparkiq.http.settings import HttpSettings
-from sparkiq.partitioner import Partitioner
-from sparkiq.tables import Format, TableKind
 
 OPENAPI_PATH = "/v1/openapi.json"
 
 JsonObject = dict[str, Any]
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+_SCHEMAS = "#/components/schemas/{model}"
 
 # Security requirements: any one of the two schemes (a list of alternatives), or none.
 _AUTHENTICATED: list[JsonObject] = [{"bearerAuth": []}, {"apiKey": []}]
@@ -40,88 +51,27 @@ _KEY_FORMATS = (
     '`json` and `avro`: a JSON document, e.g. `"alice"` (with the quotes) or `{"id": 7}`; '
     "`bytes`: the key bytes in base64url."
 )
+_STRING: JsonObject = {"type": "string"}
+_LONG_MS: JsonObject = {
+    "type": "integer",
+    "format": "int64",
+    "minimum": _LONG_MIN,
+    "maximum": _LONG_MAX,
+}
+
+# Node-specific limits of the answers' models: (schema, property) -> the setting that bounds
+# the property's items.
+_MAX_ITEMS = {
+    ("WindowsAnswer", "items"): "max_windows",
+    ("MultiGetRequest", "keys"): "max_multi_get_keys",
+    ("RangeAnswer", "items"): "max_range_limit",
+}
 
 
 @lru_cache(maxsize=8)
 def rendered(settings: HttpSettings) -> Response:
     """The answer to GET /v1/openapi.json on a node with `settings`, rendered once."""
     return Response(200, orjson.dumps(document(settings)))
-
-
-def _ref(name: str) -> JsonObject:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema: JsonObject) -> JsonObject:
-    return {"application/json": {"schema": schema}}
-
-
-def _ok(description: str, schema: JsonObject) -> JsonObject:
-    return {"description": description, "headers": _request_id_echo(), "content": _json(schema)}
-
-
-def _request_id_echo() -> JsonObject:
-    return {"x-request-id": {"$ref": "#/components/headers/RequestId"}}
-
-
-def _error(description: str, headers: dict[str, str] | None = None) -> JsonObject:
-    """An error answer (the one error shape); `headers`: header name -> component name."""
-    described = _request_id_echo()
-    for name, component in (headers or {}).items():
-        described[name] = {"$ref": f"#/components/headers/{component}"}
-    return {"description": description, "headers": described, "content": _json(_ref("Error"))}
-
-
-def _auth_errors(*, per_table: bool) -> JsonObject:
-    out: JsonObject = {
-        "401": {"$ref": "#/components/responses/Unauthenticated"},
-        "429": {"$ref": "#/components/responses/Overloaded"},
-    }
-    if per_table:
-        out["403"] = {"$ref": "#/components/responses/Forbidden"}
-    return out
-
-
-def _table_errors(*, forwards: bool = True) -> JsonObject:
-    """The failures every per-table endpoint may answer."""
-    out: JsonObject = {
-        "400": {"$ref": "#/components/responses/BadRequest"},
-        "404": {"$ref": "#/components/responses/NotFound"},
-        "413": {"$ref": "#/components/responses/TooLarge"},
-        "500": {"$ref": "#/components/responses/InternalError"},
-        "503": {"$ref": "#/components/responses/Unavailable"},
-        **_auth_errors(per_table=True),
-    }
-    if forwards:
-        out["508"] = {"$ref": "#/components/responses/LoopDetected"}
-    return out
-
-
-def _param(name: str) -> JsonObject:
-    return {"$ref": f"#/components/parameters/{name}"}
-
-
-def _operation(
-    operation_id: str,
-    summary: str,
-    description: str,
-    responses: JsonObject,
-    *,
-    tag: str,
-    parameters: list[JsonObject] | None = None,
-    security: list[JsonObject] | None = None,
-) -> JsonObject:
-    out: JsonObject = {
-        "operationId": operation_id,
-        "tags": [tag],
-        "summary": summary,
-        "description": description,
-        "parameters": [*(parameters or []), _param("RequestId")],
-        "responses": responses,
-    }
-    if security is not None:  # the document's default (credentials needed) otherwise
-        out["security"] = security
-    return out
 
 
 def document(settings: HttpSettings | None = None) -> dict[str, object]:
@@ -139,9 +89,10 @@ def document(settings: HttpSettings | None = None) -> dict[str, object]:
                 "the owner's answer back as it is. Reads report the changelog `offset` their "
                 "replica had reached and whether a `standby` answered. A partition that is "
                 "restoring or moving, with no replica allowed to answer within the request's "
-                f"budget ({s.budget_s:g} s on this node), is answered 503 with `Retry-After`. "
+                f"budget ({s.request_budget_s:g} s on this node), is answered 503 with "
+                "`Retry-After`. "
                 'Every error has the shape `{"error": {"code", "message"}}`; the message '
-                "says what to do next.\n\n"
+                "says what to do next, the code (`ErrorCode`) what went wrong.\n\n"
                 "Every `/v1` endpoint needs credentials (a bearer JWT or an API key) when the "
                 "node is started with authentication; `/healthz`, `/readyz`, `/metrics` and "
                 "this document are open unless the node is started with `--protect-ops`. Limits "
@@ -174,165 +125,268 @@ def _limit(s: HttpSettings) -> str:
     return f" ({s.max_connections} connections)"
 
 
+# -- endpoints -------------------------------------------------------------------------------------
+
+# The error answers (`_ERRORS`) of each kind of endpoint. Every request may meet the
+# connection's timeout (408), and a connection past the limit is answered 503.
+_ON_TABLE = (
+    "BadRequest",
+    "Unauthenticated",
+    "Forbidden",
+    "NotFound",
+    "RequestTimeout",
+    "TooLarge",
+    "Overloaded",
+    "InternalError",
+    "Unavailable",
+    "LoopDetected",
+)
+_ON_KEY_OWNER = tuple(e for e in _ON_TABLE if e != "LoopDetected")  # reads the map only
+_ON_NODE = ("Unauthenticated", "RequestTimeout", "Overloaded", "ConnectionLimit")
+# Open unless the node protects them (401 then); never refused for load.
+_ON_OPS = ("Unauthenticated", "RequestTimeout", "ConnectionLimit")
+
+
+@dataclass(frozen=True)
+class _Operation:
+    path: str
+    method: str
+    operation_id: str
+    tag: str
+    summary: str
+    description: str
+    answer: type[BaseModel] | JsonObject  # the 200's schema: a model, or a schema as it is
+    answered: str  # the 200's description
+    errors: tuple[str, ...]
+    params: tuple[str, ...] = ()
+    body: type[BaseModel] | None = None
+    open: bool = False  # no credentials needed (the document's default: they are)
+    content_type: str = "application/json"
+
+
+def _operations(s: HttpSettings) -> list[_Operation]:
+    per_key = ("Table", "Key")
+    return [
+        _Operation(
+            "/v1/tables", "get", "listTables", "cluster", "List the tables",
+            "Every table the node has read from the table catalog.",
+            models.TableList, "The tables.", _ON_NODE,
+        ),
+        _Operation(
+            "/v1/tables/{table}/keys/{key}", "get", "getKey", "tables", "Read one key",
+            "The key's latest value, from the active replica of its partition (or a "
+            "standby within `max_lag`), wherever it lives in the cluster. 404 with code "
+            "`not_found` when the key is absent (or deleted), `unknown_table` when the "
+            "table is.",
+            models.KeyAnswer, "The value.", _ON_TABLE, (*per_key, "MaxLag"),
+        ),
+        _Operation(
+            "/v1/tables/{table}/keys/{key}/windows", "get", "getWindows", "tables",
+            "Read the windows of one key (windowed tables)",
+            "The key's windows whose start lies in [`from`, `to`] (epoch milliseconds, "
+            f"both inclusive), in start order, at most {s.max_windows}. 400 with code "
+            "`not_windowed` on a table that is not windowed.",
+            models.WindowsAnswer, "The windows.", _ON_TABLE,
+            (*per_key, "WindowFrom", "WindowTo", "MaxLag"),
+        ),
+        _Operation(
+            "/v1/tables/{table}/keys/{key}/owner", "get", "getOwner", "cluster",
+            "Find the nodes that hold one key",
+            "The key's partition, its active node and its standbys, as this node's "
+            "cluster map has them (smart clients route by it). Reads no store.",
+            models.OwnerAnswer, "The owners.", _ON_KEY_OWNER, per_key,
+        ),
+        _Operation(
+            "/v1/tables/{table}/multi-get", "post", "multiGet", "tables", "Read many keys",
+            "The values of the keys, in the order asked (null when absent). The node "
+            "sends one request per owner node, in parallel. Keys are JSON values in "
+            "the table's key format: strings for `string` keys, integers (or decimal "
+            "strings) for `int` and `long`, any JSON for `json`, base64url strings for "
+            f"`bytes`. At most {s.max_multi_get_keys} keys and {s.max_body_bytes} "
+            "bytes of body (413 beyond).",
+            models.MultiGetAnswer, "The values.", _ON_TABLE, ("Table", "MaxLag"),
+            body=models.MultiGetRequest,
+        ),
+        _Operation(
+            "/v1/tables/{table}/range", "get", "range", "tables", "Scan keys in order",
+            "One page of the table's entries in key order, across all partitions. Keys "
+            "are ordered by their stored form: strings and JSON by their UTF-8 bytes, "
+            "integers numerically. `from` and `to` bound the keys (both inclusive), "
+            "`prefix` keeps keys that start with it; all three are keys written as in a "
+            "path. Pass `next_cursor` of a page as `cursor` to get the next one; it is "
+            "null on the last page. On a windowed table each window is one item.",
+            models.RangeAnswer, "One page.", _ON_TABLE,
+            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", "MaxLag"),
+        ),
+        _Operation(
+            "/v1/metadata", "get", "metadata", "cluster", "Read the cluster map",
+            "This node's view of the cluster: the tables, each partition's active, "
+            "standbys and warming nodes with their lags, every node's partitions, and "
+            "this node's own replicas. Smart clients and proxies route by it.",
+            models.Metadata, "The cluster map.", _ON_NODE,
+        ),
+        _Operation(
+            OPENAPI_PATH, "get", "openapi", "operations", "This document",
+            "The OpenAPI description of this API, with this node's limits.",
+            {"type": "object"}, "The document.", _ON_OPS, open=True,
+        ),
+        _Operation(
+            "/healthz", "get", "healthz", "operations", "Liveness",
+            "200 while the process answers HTTP.",
+            models.Status, "Alive.", _ON_OPS, open=True,
+        ),
+        _Operation(
+            "/readyz", "get", "readyz", "operations", "Readiness",
+            "200 once the node has joined the group and restored its active partitions; "
+            "503 with code `not_ready` before.",
+            models.Status, "Ready.",
+            tuple("NotReady" if e == "ConnectionLimit" else e for e in _ON_OPS), open=True,
+        ),
+        _Operation(
+            "/metrics", "get", "metrics", "operations", "Prometheus metrics",
+            "Request counts and latencies by endpoint and outcome, forwarding errors, "
+            "restore progress, in the Prometheus text format.",
+            _STRING, "The metrics.", _ON_OPS, open=True, content_type="text/plain",
+        ),
+    ]  # fmt: skip
+
+
 def _paths(s: HttpSettings) -> JsonObject:
-    per_table = [_param("Table")]
-    per_key = [_param("Table"), _param("Key")]
+    paths: JsonObject = {}
+    for op in _operations(s):
+        answer = op.answer if isinstance(op.answer, dict) else _ref(op.answer.__name__)
+        errors = {str(_ERRORS[name].status): _response_ref(name) for name in op.errors}
+        described: JsonObject = {
+            "operationId": op.operation_id,
+            "tags": [op.tag],
+            "summary": op.summary,
+            "description": op.description,
+            "parameters": [_param(p) for p in (*op.params, "RequestId")],
+            "responses": {
+                "200": {
+                    "description": op.answered,
+                    "headers": _request_id_echo(),
+                    "content": {op.content_type: {"schema": answer}},
+                },
+                **dict(sorted(errors.items())),
+            },
+        }
+        if op.open:  # the document's default (credentials needed) otherwise
+            described["security"] = _OPEN
+        if op.body is not None:
+            described["requestBody"] = {"required": True, "content": _json(op.body)}
+        paths.setdefault(op.path, {})[op.method] = described
+    return paths
+
+
+def _ref(name: str) -> JsonObject:
+    return {"$ref": _SCHEMAS.format(model=name)}
+
+
+def _json(model: type[BaseModel]) -> JsonObject:
+    return {"application/json": {"schema": _ref(model.__name__)}}
+
+
+def _param(name: str) -> JsonObject:
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
+def _response_ref(name: str) -> JsonObject:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+def _request_id_echo() -> JsonObject:
+    return {"x-request-id": {"$ref": "#/components/headers/RequestId"}}
+
+
+# -- error answers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Error:
+    """An error answer: its status, the codes it may carry, what its description says
+    besides theirs (`{s.<setting>}`: this node's), and the headers it always has."""
+
+    status: int
+    codes: tuple[ErrorCode, ...]
+    note: str = ""
+    headers: tuple[str, ...] = ()
+
+
+_E = ErrorCode
+_ERRORS = {
+    "BadRequest": _Error(400, (_E.BAD_REQUEST, _E.NOT_WINDOWED)),
+    "Unauthenticated": _Error(401, (_E.UNAUTHENTICATED,), headers=("WWW-Authenticate",)),
+    "Forbidden": _Error(403, (_E.FORBIDDEN, _E.NOT_A_CLUSTER_NODE)),
+    "NotFound": _Error(404, (_E.UNKNOWN_TABLE, _E.NOT_FOUND, _E.NO_ROUTE)),
+    "MethodNotAllowed": _Error(
+        405,
+        (_E.METHOD_NOT_ALLOWED,),
+        "Any path described here, with a method not described for it.",
+        ("Allow",),
+    ),
+    "RequestTimeout": _Error(408, (_E.REQUEST_TIMEOUT,)),
+    "TooLarge": _Error(
+        413,
+        (_E.TOO_LARGE,),
+        "A key over {s.max_key_bytes} bytes, a body over {s.max_body_bytes} bytes or over "
+        "{s.max_multi_get_keys} keys.",
+    ),
+    "Overloaded": _Error(429, (_E.OVERLOADED,), headers=("Retry-After",)),
+    "InternalError": _Error(500, (_E.UNDECODABLE_VALUE, _E.INTERNAL)),
+    "Unavailable": _Error(503, (_E.UNAVAILABLE, _E.TOO_MANY_CONNECTIONS), headers=("Retry-After",)),
+    "NotReady": _Error(503, (_E.NOT_READY, _E.TOO_MANY_CONNECTIONS), headers=("Retry-After",)),
+    "ConnectionLimit": _Error(503, (_E.TOO_MANY_CONNECTIONS,), headers=("Retry-After",)),
+    "LoopDetected": _Error(508, (_E.LOOP_DETECTED,)),
+}
+
+_HEADERS: JsonObject = {
+    "Retry-After": {
+        "description": "Seconds to wait before asking again.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "WWW-Authenticate": {
+        "description": "The challenge of a 401: `Bearer`.",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^Bearer"},
+    },
+    "Allow": {
+        "description": "The method the endpoint takes.",
+        "required": True,
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _error_answer(error: _Error, s: HttpSettings) -> JsonObject:
+    """The response object of `error`: the error shape with its codes only."""
+    lines = [f"- `{code.value}`: {code.when}." for code in error.codes]
+    note = error.note.format(s=s)  # this node's limits
+    headers = _request_id_echo()
+    for name in error.headers:
+        headers[name] = {"$ref": f"#/components/headers/{_header_component(name)}"}
+    codes = {"enum": [code.value for code in error.codes]}
     return {
-        "/v1/tables": {
-            "get": _operation(
-                "listTables",
-                "List the tables",
-                "Every table the node has read from the table catalog.",
-                {"200": _ok("The tables.", _ref("TableList")), **_auth_errors(per_table=False)},
-                tag="cluster",
-            )
-        },
-        "/v1/tables/{table}/keys/{key}": {
-            "get": _operation(
-                "getKey",
-                "Read one key",
-                "The key's latest value, from the active replica of its partition (or a "
-                "standby within `max_lag`), wherever it lives in the cluster. 404 with code "
-                "`not_found` when the key is absent (or deleted), `unknown_table` when the "
-                "table is.",
-                {"200": _ok("The value.", _ref("KeyAnswer")), **_table_errors()},
-                tag="tables",
-                parameters=[*per_key, _param("MaxLag")],
-            )
-        },
-        "/v1/tables/{table}/keys/{key}/windows": {
-            "get": _operation(
-                "getWindows",
-                "Read the windows of one key (windowed tables)",
-                "The key's windows whose start lies in [`from`, `to`] (epoch milliseconds, "
-                f"both inclusive), in start order, at most {s.max_windows}. 400 with code "
-                "`not_windowed` on a table that is not windowed.",
-                {"200": _ok("The windows.", _ref("WindowsAnswer")), **_table_errors()},
-                tag="tables",
-                parameters=[*per_key, _param("WindowFrom"), _param("WindowTo"), _param("MaxLag")],
-            )
-        },
-        "/v1/tables/{table}/keys/{key}/owner": {
-            "get": _operation(
-                "getOwner",
-                "Find the nodes that hold one key",
-                "The key's partition, its active node and its standbys, as this node's "
-                "cluster map has them (smart clients route by it). Reads no store.",
-                {
-                    "200": _ok("The owners.", _ref("OwnerAnswer")),
-                    **_table_errors(forwards=False),
-                },
-                tag="cluster",
-                parameters=per_key,
-            )
-        },
-        "/v1/tables/{table}/multi-get": {
-            "post": {
-                **_operation(
-                    "multiGet",
-                    "Read many keys",
-                    "The values of the keys, in the order asked (null when absent). The node "
-                    "sends one request per owner node, in parallel. Keys are JSON values in "
-                    "the table's key format: strings for `string` keys, integers (or decimal "
-                    "strings) for `int` and `long`, any JSON for `json`, base64url strings for "
-                    f"`bytes`. At most {s.max_multi_get_keys} keys and {s.max_body_bytes} "
-                    "bytes of body (413 beyond).",
-                    {"200": _ok("The values.", _ref("MultiGetAnswer")), **_table_errors()},
-                    tag="tables",
-                    parameters=[*per_table, _param("MaxLag")],
-                ),
-                "requestBody": {
-                    "required": True,
-                    "content": _json(_ref("MultiGetRequest")),
-                },
+        "description": "\n\n".join([*([note] if note else []), "\n".join(lines)]),
+        "headers": headers,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "allOf": [_ref(models.ErrorAnswer.__name__)],
+                    "properties": {"error": {"properties": {"code": codes}}},
+                }
             }
         },
-        "/v1/tables/{table}/range": {
-            "get": _operation(
-                "range",
-                "Scan keys in order",
-                "One page of the table's entries in key order, across all partitions. Keys "
-                "are ordered by their stored form: strings and JSON by their UTF-8 bytes, "
-                "integers numerically. `from` and `to` bound the keys (both inclusive), "
-                "`prefix` keeps keys that start with it; all three are keys written as in a "
-                "path. Pass `next_cursor` of a page as `cursor` to get the next one; it is "
-                "null on the last page. On a windowed table each window is one item.",
-                {"200": _ok("One page.", _ref("RangeAnswer")), **_table_errors()},
-                tag="tables",
-                parameters=[
-                    *per_table,
-                    _param("RangeFrom"),
-                    _param("RangeTo"),
-                    _param("Prefix"),
-                    _param("Limit"),
-                    _param("Cursor"),
-                    _param("MaxLag"),
-                ],
-            )
-        },
-        "/v1/metadata": {
-            "get": _operation(
-                "metadata",
-                "Read the cluster map",
-                "This node's view of the cluster: the tables, each partition's active, "
-                "standbys and warming nodes with their lags, every node's partitions, and "
-                "this node's own replicas. Smart clients and proxies route by it.",
-                {"200": _ok("The cluster map.", _ref("Metadata")), **_auth_errors(per_table=False)},
-                tag="cluster",
-            )
-        },
-        OPENAPI_PATH: {
-            "get": _operation(
-                "openapi",
-                "This document",
-                "The OpenAPI description of this API, with this node's limits.",
-                {"200": _ok("The document.", {"type": "object"})},
-                tag="operations",
-                security=_OPEN,
-            )
-        },
-        "/healthz": {
-            "get": _operation(
-                "healthz",
-                "Liveness",
-                "200 while the process answers HTTP.",
-                {"200": _ok("Alive.", _ref("Status"))},
-                tag="operations",
-                security=_OPEN,
-            )
-        },
-        "/readyz": {
-            "get": _operation(
-                "readyz",
-                "Readiness",
-                "200 once the node has joined the group and restored its active partitions; "
-                "503 with code `not_ready` before.",
-                {
-                    "200": _ok("Ready.", _ref("Status")),
-                    "503": _error("Not ready yet.", {"Retry-After": "RetryAfter"}),
-                },
-                tag="operations",
-                security=_OPEN,
-            )
-        },
-        "/metrics": {
-            "get": _operation(
-                "metrics",
-                "Prometheus metrics",
-                "Request counts and latencies by endpoint and outcome, forwarding errors, "
-                "restore progress, in the Prometheus text format.",
-                {
-                    "200": {
-                        "description": "The metrics.",
-                        "headers": _request_id_echo(),
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    }
-                },
-                tag="operations",
-                security=_OPEN,
-            )
-        },
     }
+
+
+def _header_component(name: str) -> str:
+    """The component name of header `name` ("Retry-After" -> "RetryAfter")."""
+    return name.title().replace("-", "")
+
+
+# -- components ------------------------------------------------------------------------------------
 
 
 def _components(s: HttpSettings) -> JsonObject:
@@ -357,450 +411,73 @@ def _components(s: HttpSettings) -> JsonObject:
         },
         "parameters": _parameters(s),
         "headers": {
-            "RetryAfter": {
-                "description": "Seconds to wait before asking again.",
-                "required": True,
-                "schema": {"type": "integer", "minimum": 1},
-            },
-            "WwwAuthenticate": {
-                "description": "The challenge of a 401: `Bearer`.",
-                "required": True,
-                "schema": {"type": "string", "pattern": "^Bearer"},
-            },
+            **{_header_component(name): header for name, header in _HEADERS.items()},
             "RequestId": {
                 "description": "The request's id (the caller's own if it sent a valid one).",
                 "required": False,
                 "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
             },
         },
-        "responses": _responses(s),
+        "responses": {name: _error_answer(error, s) for name, error in _ERRORS.items()},
         "schemas": _schemas(s),
     }
 
 
 def _parameters(s: HttpSettings) -> JsonObject:
-    def query(name: str, description: str, schema: JsonObject) -> JsonObject:
-        return {
-            "name": name,
-            "in": "query",
-            "required": False,
-            "description": description,
-            "schema": schema,
-        }
-
-    long_ms: JsonObject = {
-        "type": "integer",
-        "format": "int64",
-        "minimum": _LONG_MIN,
-        "maximum": _LONG_MAX,
-    }
-    return {
-        "Table": {
-            "name": "table",
-            "in": "path",
-            "required": True,
-            "description": "The table's name, percent-encoded (see `GET /v1/tables`).",
-            "schema": {"type": "string", "examples": ["users"]},
-        },
-        "Key": {
-            "name": "key",
-            "in": "path",
-            "required": True,
-            "description": (
+    # name -> (where, parameter, description, schema); path parameters are required.
+    table: dict[str, tuple[str, str, str, JsonObject]] = {
+        "Table": ("path", "table", "The table's name, percent-encoded (see `GET /v1/tables`).",
+                  {"type": "string", "examples": ["users"]}),
+        "Key": ("path", "key",
                 "The key, percent-encoded as one path segment (a `/` inside it is `%2F`). "
                 f"{_KEY_FORMATS} A key that does not parse in the table's format is 400; one "
-                f"over {s.max_key_bytes} bytes is 413."
-            ),
-            "schema": {"type": "string", "examples": ["alice", "42"]},
-        },
-        "MaxLag": query(
-            "max_lag",
-            "A standby (or a replica still restoring) at most this many changelog offsets "
-            "behind may answer instead of the active. Without it, only the active answers "
-            "while it can; replicas within the node's bound stand in when it cannot.",
-            {"type": "integer", "minimum": 0},
-        ),
-        "WindowFrom": query(
-            "from", "Earliest window start (epoch ms, inclusive). Default: no bound.", long_ms
-        ),
-        "WindowTo": query(
-            "to", "Latest window start (epoch ms, inclusive). Default: no bound.", long_ms
-        ),
-        "RangeFrom": query(
-            "from", f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING
-        ),
-        "RangeTo": query("to", "Largest key (inclusive), written as in a path.", _STRING),
-        "Prefix": query(
-            "prefix", "Only keys that start with this one (in their stored form).", _STRING
-        ),
-        "Limit": query(
-            "limit",
-            f"Items per page (default {s.default_range_limit}).",
-            {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": s.max_range_limit,
-                "default": s.default_range_limit,
-            },
-        ),
-        "Cursor": query(
-            "cursor",
-            "The `next_cursor` of the previous page, as it was given.",
-            {"type": "string", "pattern": "^[A-Za-z0-9_-]*$"},
-        ),
-        "RequestId": {
-            "name": "x-request-id",
-            "in": "header",
-            "required": False,
-            "description": (
-                "An id for this request, echoed in the answer, carried to the node that "
-                "answers and named in the nodes' logs. Up to 64 letters, digits, `.`, `_` or "
-                "`-`; anything else is replaced by an id the node makes."
-            ),
-            "schema": {"type": "string"},
-        },
-    }
-
-
-_STRING: JsonObject = {"type": "string"}
-
-
-def _responses(s: HttpSettings) -> JsonObject:
+                f"over {s.max_key_bytes} bytes is 413.",
+                {"type": "string", "examples": ["alice", "42"]}),
+        "MaxLag": ("query", "max_lag",
+                   "A standby (or a replica still restoring) at most this many changelog "
+                   "offsets behind may answer instead of the active. Without it, only the "
+                   "active answers while it can; replicas within the node's bound stand in "
+                   "when it cannot.",
+                   {"type": "integer", "minimum": 0}),
+        "WindowFrom": ("query", "from",
+                       "Earliest window start (epoch ms, inclusive). Default: no bound.",
+                       _LONG_MS),
+        "WindowTo": ("query", "to",
+                     "Latest window start (epoch ms, inclusive). Default: no bound.", _LONG_MS),
+        "RangeFrom": ("query", "from",
+                      f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING),
+        "RangeTo": ("query", "to", "Largest key (inclusive), written as in a path.", _STRING),
+        "Prefix": ("query", "prefix",
+                   "Only keys that start with this one (in their stored form).", _STRING),
+        "Limit": ("query", "limit", f"Items per page (default {s.default_range_limit}).",
+                  {"type": "integer", "minimum": 1, "maximum": s.max_range_limit,
+                   "default": s.default_range_limit}),
+        "Cursor": ("query", "cursor", "The `next_cursor` of the previous page, as it was given.",
+                   {"type": "string", "pattern": "^[A-Za-z0-9_-]*$"}),
+        "RequestId": ("header", "x-request-id",
+                      "An id for this request, echoed in the answer, carried to the node that "
+                      "answers and named in the nodes' logs. Up to 64 letters, digits, `.`, "
+                      "`_` or `-`; anything else is replaced by an id the node makes.",
+                      _STRING),
+    }  # fmt: skip
     return {
-        "BadRequest": _error(
-            "A key, parameter or body that does not parse (`bad_request`), an unknown "
-            "parameter, or a window query on a table that is not windowed (`not_windowed`)."
-        ),
-        "NotFound": _error("No such table (`unknown_table`) or key (`not_found`)."),
-        "TooLarge": _error(
-            f"A key over {s.max_key_bytes} bytes, a body over {s.max_body_bytes} bytes or "
-            f"over {s.max_multi_get_keys} keys (`too_large`)."
-        ),
-        "InternalError": _error(
-            "A stored value that is not in the table's format (`undecodable_value`), or a bug "
-            "(`internal`, logged by the node)."
-        ),
-        "Unavailable": _error(
-            "No replica allowed to answer could within the request's budget: the partition "
-            "is restoring or moving, its owner is unreachable, or the node has not read the "
-            "table catalog yet (`unavailable`). Retry after `Retry-After` seconds, or pass "
-            "`max_lag` to let a standby answer.",
-            {"Retry-After": "RetryAfter"},
-        ),
-        "LoopDetected": _error(
-            "The nodes forwarded the request to each other up to the hop limit: they disagree "
-            "on the owner during a rebalance (`loop_detected`). Retry shortly."
-        ),
-        "Unauthenticated": _error(
-            "Credentials missing, invalid or expired (`unauthenticated`).",
-            {"WWW-Authenticate": "WwwAuthenticate"},
-        ),
-        "Forbidden": _error(
-            "The credentials do not grant this table (`forbidden`); also for a table that "
-            "does not exist, so that table names do not leak."
-        ),
-        "Overloaded": _error(
-            "The node is answering as many requests as it may at once (`overloaded`).",
-            {"Retry-After": "RetryAfter"},
-        ),
+        name: {
+            "name": param,
+            "in": where,
+            "required": where == "path",
+            "description": description,
+            "schema": dict(schema),
+        }
+        for name, (where, param, description, schema) in table.items()
     }
+
+
+# -- schemas ---------------------------------------------------------------------------------------
 
 
 def _schemas(s: HttpSettings) -> JsonObject:
-    key: JsonObject = {
-        "description": (
-            "The key as JSON: a string for `string` keys, an integer for `int` and `long`, "
-            "the document for `json` and `avro`, base64url for `bytes`."
-        )
-    }
-    value: JsonObject = {
-        "description": (
-            "The value as JSON: the document for `json` and `avro` values, a string or "
-            "integer for `string`, `int` and `long`, base64url for `bytes`."
-        )
-    }
-    offset: JsonObject = {
-        "type": ["integer", "null"],
-        "minimum": 0,
-        "description": (
-            "The changelog offset the answering replica had reached: every record before it "
-            "is reflected in the answer."
-        ),
-    }
-    offsets: JsonObject = {
-        "type": "object",
-        "description": "Partition number -> the offset its answering replica had reached.",
-        "propertyNames": {"pattern": "^[0-9]+$"},
-        "additionalProperties": {"type": ["integer", "null"]},
-    }
-    partition: JsonObject = {"type": "integer", "minimum": 0}
-    node: JsonObject = {"type": "string", "description": "URL of the node that read the store."}
-    standby: JsonObject = {
-        "type": "boolean",
-        "description": "Whether a standby (not the active) answered, for any part.",
-    }
-    windowed_item: JsonObject = {
-        "start": {"type": "integer", "description": "Window start, epoch ms."},
-        "end": {"type": "integer", "description": "Window end (start + size), epoch ms."},
-    }
-    tp: JsonObject = {
-        "type": "array",
-        "prefixItems": [{"type": "string"}, {"type": "integer"}],
-        "minItems": 2,
-        "maxItems": 2,
-        "description": "[table, partition]",
-    }
-    return {
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["code", "message"],
-                    "properties": {
-                        "code": {
-                            "type": "string",
-                            "description": (
-                                "What went wrong, for programs: bad_request, not_windowed, "
-                                "unknown_table, not_found, no_route, method_not_allowed, "
-                                "too_large, unauthenticated, forbidden, overloaded, "
-                                "unavailable, not_ready, loop_detected, undecodable_value, "
-                                "internal."
-                            ),
-                        },
-                        "message": {
-                            "type": "string",
-                            "description": "What went wrong and what to do next, for people.",
-                        },
-                    },
-                }
-            },
-        },
-        "Status": {
-            "type": "object",
-            "required": ["status"],
-            "properties": {"status": {"const": "ok"}},
-        },
-        "TableSummary": {
-            "type": "object",
-            "required": ["name", "topic", "partitions", "kind", "key_format", "value_format"],
-            "properties": {
-                "name": {"type": "string"},
-                "topic": {"type": "string", "description": "The table's changelog topic."},
-                "partitions": {"type": "integer", "minimum": 1},
-                "kind": {"enum": [k.value for k in TableKind]},
-                "key_format": {"enum": [f.value for f in Format]},
-                "value_format": {"enum": [f.value for f in Format]},
-                "window_size_ms": {"type": "integer", "minimum": 1},
-                "description": {"type": "string"},
-                "partitioner": {
-                    "enum": [p.value for p in Partitioner],
-                    "description": "How the producers placed keys in partitions; `any`: "
-                    "unknown, so a lookup asks every partition.",
-                },
-                "misplaced_records": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "Records the cluster found in another partition than the "
-                    "partitioner gives their keys; while any are known, a key missing from "
-                    "its partition is looked for in every other one before a 404.",
-                },
-            },
-        },
-        "TableList": {
-            "type": "object",
-            "required": ["tables"],
-            "properties": {"tables": {"type": "array", "items": _ref("TableSummary")}},
-        },
-        "KeyAnswer": {
-            "type": "object",
-            "required": ["table", "key", "value", "partition", "offset", "node", "standby"],
-            "properties": {
-                "table": _STRING,
-                "key": key,
-                "value": value,
-                "partition": partition,
-                "offset": offset,
-                "node": node,
-                "standby": standby,
-            },
-        },
-        "WindowsAnswer": {
-            "type": "object",
-            "required": ["table", "key", "items", "partition", "offset", "node", "standby"],
-            "properties": {
-                "table": _STRING,
-                "key": key,
-                "items": {
-                    "type": "array",
-                    "maxItems": s.max_windows,
-                    "items": {
-                        "type": "object",
-                        "required": ["start", "end", "value"],
-                        "properties": {**windowed_item, "value": value},
-                    },
-                },
-                "partition": partition,
-                "offset": offset,
-                "node": node,
-                "standby": standby,
-            },
-        },
-        "OwnerAnswer": {
-            "type": "object",
-            "required": ["table", "key", "partition", "active", "standbys"],
-            "properties": {
-                "table": _STRING,
-                "key": key,
-                "partition": partition,
-                "active": {
-                    "type": ["string", "null"],
-                    "description": "URL of the active node; null while nobody is assigned.",
-                },
-                "standbys": {"type": "array", "items": _STRING},
-            },
-        },
-        "MultiGetRequest": {
-            "type": "object",
-            "required": ["keys"],
-            "properties": {
-                "keys": {
-                    "type": "array",
-                    "maxItems": s.max_multi_get_keys,
-                    "items": key,
-                    "examples": [["alice", "bob"]],
-                }
-            },
-        },
-        "MultiGetAnswer": {
-            "type": "object",
-            "required": ["items", "offsets", "standby"],
-            "properties": {
-                "items": {
-                    "type": "array",
-                    "description": "One item per key asked, in the order asked.",
-                    "items": {
-                        "type": "object",
-                        "required": ["key", "value"],
-                        "properties": {
-                            "key": key,
-                            "value": {**value, "description": "The value; null when absent."},
-                        },
-                    },
-                },
-                "offsets": offsets,
-                "standby": standby,
-            },
-        },
-        "RangeAnswer": {
-            "type": "object",
-            "required": ["items", "next_cursor", "offsets", "standby"],
-            "properties": {
-                "items": {
-                    "type": "array",
-                    "maxItems": s.max_range_limit,
-                    "items": {
-                        "type": "object",
-                        "required": ["key", "value"],
-                        "properties": {
-                            "key": key,
-                            "value": value,
-                            **windowed_item,
-                        },
-                        "description": "`start` and `end` on windowed tables only.",
-                    },
-                },
-                "next_cursor": {
-                    "type": ["string", "null"],
-                    "description": "Pass as `cursor` for the next page; null on the last.",
-                },
-                "offsets": offsets,
-                "standby": standby,
-            },
-        },
-        "Metadata": {
-            "type": "object",
-            "required": ["node", "generation", "tables", "partitions", "nodes"],
-            "properties": {
-                "node": {"type": "string", "description": "URL of the node that answered."},
-                "generation": {
-                    "type": ["integer", "null"],
-                    "description": "The consumer group generation the map is from.",
-                },
-                "ready": {"type": "boolean"},
-                "restored_records": {"type": "integer", "minimum": 0},
-                "node_id": {
-                    "type": "string",
-                    "description": "This node's id, kept in its state dir.",
-                },
-                "refused": {
-                    "type": "array",
-                    "description": "Nodes that advertise a URL an earlier node has: they "
-                    "hold nothing until given their own --advertised-url.",
-                    "items": {
-                        "type": "object",
-                        "required": ["node_id", "url"],
-                        "properties": {"node_id": _STRING, "url": _STRING},
-                    },
-                },
-                "tables": {"type": "array", "items": _ref("TableSummary")},
-                "partitions": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["table", "partition", "active", "standbys"],
-                        "properties": {
-                            "table": _STRING,
-                            "topic": _STRING,
-                            "partition": partition,
-                            "active": {"type": ["string", "null"]},
-                            "standbys": {"type": "array", "items": _STRING},
-                            "warming": {"type": "array", "items": _STRING},
-                            "lags": {
-                                "type": "object",
-                                "description": "Node URL -> offsets behind the changelog end.",
-                                "additionalProperties": {"type": "integer"},
-                            },
-                            "misplaced": {"type": "integer", "minimum": 0},
-                        },
-                    },
-                },
-                "nodes": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["url"],
-                        "properties": {
-                            "url": _STRING,
-                            "active": {"type": "array", "items": tp},
-                            "standby": {"type": "array", "items": tp},
-                            "warming": {"type": "array", "items": tp},
-                            "lags": {
-                                "type": "object",
-                                "description": "`table/partition` -> offsets behind the end.",
-                                "additionalProperties": {"type": "integer"},
-                            },
-                        },
-                    },
-                },
-                "local": {
-                    "type": "array",
-                    "description": "This node's replicas and how far each has restored.",
-                    "items": {
-                        "type": "object",
-                        "required": ["table", "partition", "state"],
-                        "properties": {
-                            "table": _STRING,
-                            "partition": partition,
-                            "state": {"enum": ["restoring", "active", "standby"]},
-                            "position": {"type": "integer"},
-                            "end": {"type": "integer"},
-                            "lag": {"type": "integer"},
-                            "misplaced": {"type": "integer", "minimum": 0},
-                        },
-                    },
-                },
-            },
-        },
-    }
+    """The models' schemas with the limits of a node with `s`."""
+    schemas = models.json_schemas(_SCHEMAS)
+    for (model, prop), setting in _MAX_ITEMS.items():
+        schemas[model]["properties"][prop]["maxItems"] = getattr(s, setting)
+    return schemas

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import ssl
 from collections import deque
 from collections.abc import Callable
@@ -23,12 +22,12 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
-from sparkiq.auth.cluster import CLUSTER_HEADER, ClusterCredential
+from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.guard import FORWARD_HEADERS
-from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
-from sparkiq.http.responses import JSON, JSON_HEADERS, Response
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
+from sparkiq.http.requestid import REQUEST_ID
+from sparkiq.http.responses import JSON_HEADERS, Response
+from sparkiq.http.wire import ANSWER_HEAD, forward_request
 
 log = logging.getLogger(__name__)
 
@@ -256,19 +255,12 @@ def _unreachable(base_url: str, budget_s: float, exc: BaseException) -> Unreacha
     return Unreachable(base_url, f"{type(exc).__name__}: {exc}")
 
 
-# The head of the answers a sparkiq node writes most (`loopserver._JSON_ANSWER`), without its
-# blank line: read in one match instead of line by line (7.6k instructions against 15k,
-# `benchmarks/bench_lane.py`). Anything else, however slight the difference, is read by the
-# lines, with the same result for this shape.
-_NODE_HEAD = re.compile(
-    rb"HTTP/1\.1 ([1-5][0-9][0-9])(?: [^\r\n]*)?\r\ncontent-type: application/json\r\n"
-    rb"content-length: ([0-9]{1,12})\r\nx-request-id: [!-~]*"
-)
-
-
 def _parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
-    """(status, Retry-After, Content-Length, chunked, keep-alive) of an answer's head."""
-    node = _NODE_HEAD.fullmatch(head)
+    """(status, Retry-After, Content-Length, chunked, keep-alive) of an answer's head.
+
+    The head a node writes most (`wire.ANSWER_HEAD`) is read in one match instead of line by
+    line (about half the instructions, `benchmarks/bench_lane.py`)."""
+    node = ANSWER_HEAD.fullmatch(head)
     if node is not None:
         return int(node[1]), None, int(node[2]), False, True
     lines = head.split(b"\r\n")
@@ -472,18 +464,20 @@ class PoolForwarder:
         hops: int,
         budget_s: float,
     ) -> bytes:
-        head = (
-            f"{method} {target} HTTP/1.1\r\nhost: {origin.authority}\r\n"
-            f"{HOPS_HEADER}: {hops + 1}\r\n{BUDGET_HEADER}: {max(1, int(budget_s * 1000))}\r\n"
-            f"{FORWARD_HEADERS.get()}"
-        )
-        if (rid := REQUEST_ID.get()) is not None:
-            head += f"{REQUEST_ID_HEADER}: {rid}\r\n"
+        signature = None
         if self._cluster is not None:
-            head += f"{CLUSTER_HEADER}: {self._cluster.sign(method, target, hops + 1)}\r\n"
-        if body is not None:
-            head += f"content-type: {JSON}\r\ncontent-length: {len(body)}\r\n"
-        return (head + "\r\n").encode("latin-1") + (body or b"")
+            signature = self._cluster.sign(method, target, hops + 1)
+        return forward_request(
+            method,
+            target,
+            origin.authority,
+            hops + 1,
+            max(1, int(budget_s * 1000)),
+            FORWARD_HEADERS.get(),
+            REQUEST_ID.get(),
+            signature,
+            body,
+        )
 
     async def _exchange(self, origin: _Origin, request: bytes, deadline: float) -> _Answer:
         while (conn := origin.take_idle()) is not None:

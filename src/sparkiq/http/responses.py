@@ -1,8 +1,8 @@
 """HTTP answers as plain values, and the one place where failures become statuses.
 
 Everything inside the HTTP layer deals in `sparkiq.queries.Failure`; `failure_response` is the
-edge that maps each `FailureReason` to a status code and the one error shape
-`{"error": {"code", "message"}}`.
+edge that maps each `FailureReason` to its `ErrorCode` (which has the status) and the one
+error shape `{"error": {"code", "message"}}`.
 """
 
 from __future__ import annotations
@@ -13,30 +13,20 @@ from enum import StrEnum
 
 import orjson
 
+from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.queries import Failure, FailureReason
 
 JSON = "application/json"
 JSON_HEADERS: tuple[tuple[str, str], ...] = (("content-type", JSON),)
 
-STATUS_FOR: dict[FailureReason, int] = {
-    FailureReason.UNKNOWN_TABLE: 404,
-    FailureReason.NOT_FOUND: 404,
-    FailureReason.BAD_REQUEST: 400,
-    FailureReason.NOT_WINDOWED: 400,
-    FailureReason.TOO_LARGE: 413,
-    FailureReason.LOOP_DETECTED: 508,
-    FailureReason.UNAVAILABLE: 503,
+# Each query failure is answered with the code of its name, and so with that code's status
+# (a KeyError here, at import, if a reason has no code).
+_CODES = {code.value: code for code in ErrorCode}
+CODE_FOR: dict[FailureReason, ErrorCode] = {
+    reason: _CODES[reason.value] for reason in FailureReason
 }
-
-
-class EdgeCode(StrEnum):
-    """Error codes that exist only at the HTTP edge (not query failures)."""
-
-    NO_ROUTE = "no_route"  # 404: no such path
-    METHOD_NOT_ALLOWED = "method_not_allowed"  # 405
-    NOT_READY = "not_ready"  # 503 from /readyz
-    UNDECODABLE = "undecodable_value"  # 500: a stored value is not in the table's format
-    INTERNAL = "internal"  # 500: a bug; logged
+# How an absent key's 404 says so, whoever made it.
+_NOT_FOUND_JSON = b'"%s"' % ErrorCode.NOT_FOUND.value.encode()
 
 
 class Outcome(StrEnum):
@@ -81,8 +71,10 @@ def json_response(payload: object, status: int = 200) -> Response:
 
 
 def error_response(
-    status: int, code: str, message: str, headers: tuple[tuple[str, str], ...] = JSON_HEADERS
+    status: int, code: ErrorCode, message: str, headers: tuple[tuple[str, str], ...] = JSON_HEADERS
 ) -> Response:
+    """An answer in the one error shape; `status` is `code.status` (tests/test_http_errorcodes.py
+    checks every call)."""
     body = orjson.dumps({"error": {"code": code, "message": message}})
     return Response(status, body, headers)
 
@@ -94,17 +86,17 @@ def failed(failure: Failure) -> Answer:
 def is_absent(response: Response) -> bool:
     """Whether `response` says a key is not in its partition: a 404 `not_found`, made here
     or passed on from the owner (not an unknown table's 404)."""
-    return response.status == 404 and b'"not_found"' in response.body
+    return response.status == 404 and _NOT_FOUND_JSON in response.body
 
 
 def failure_response(failure: Failure) -> Response:
-    status = STATUS_FOR[failure.reason]
+    code = CODE_FOR[failure.reason]
     headers = JSON_HEADERS
     if failure.reason is FailureReason.UNAVAILABLE:
         # Whole seconds, at least 1: clients and proxies parse Retry-After as an integer.
         retry = max(1, round(failure.retry_after_s or 1))
         headers = (*JSON_HEADERS, ("retry-after", str(retry)))
-    return error_response(status, failure.reason.value, failure.message, headers)
+    return error_response(code.status, code, failure.message, headers)
 
 
 def bad_request(message: str) -> Failure:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from sparkiq.http.view import Placement
 from sparkiq.queries import ReplicaRole
+from sparkiq.topology import Placement
 
 
 class RouteKind(Enum):

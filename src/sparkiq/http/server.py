@@ -16,6 +16,7 @@ from types import TracebackType
 from sparkiq.auth import AuthConfig
 from sparkiq.errors import ConfigError
 from sparkiq.http.api import HttpApi
+from sparkiq.http.app import NodeApp
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.loopserver import LoopServer
 from sparkiq.http.metrics import HttpMetrics
@@ -54,8 +55,9 @@ class HttpServer:
             client_ssl=tls.client_context() if tls is not None else None,
         )
         s = self.api.settings
+        self.app = NodeApp(self.api)
         self._loop_server = LoopServer(
-            self.api,
+            self.app,
             host,
             port,
             ssl_context=tls.server_context() if tls is not None else None,
@@ -77,9 +79,13 @@ class HttpServer:
             await self._loop_server.start()
         except OSError as exc:
             raise ConfigError(f"cannot serve HTTP on {self.url}: {exc}") from None
+        # The connection series are the node's metrics too, while it serves.
+        self.api.metrics.registry.register(self._loop_server)
 
     async def stop(self) -> None:
         """Stop accepting, wait for the server to wind down, close the forwarding pool."""
+        if self._loop_server.started:
+            self.api.metrics.registry.unregister(self._loop_server)
         await self._loop_server.stop()
         await self.api.close()
 

@@ -1,8 +1,11 @@
 """Settings of the HTTP layer: request budget, hop limit, size limits, connection pool,
 connection limit and timeouts.
 
-One frozen value, built by the node from its own settings. Every field is documented here
-because it is also what an operator tunes.
+`TunableHttpSettings` holds the ones an operator tunes: `sparkiq.settings.NodeSettings` derives
+from it, so each is also an option of `sparkiq serve` and a `SPARKIQ_<FIELD>` variable.
+`HttpSettings` adds the ones fixed in code; it is the one frozen value the HTTP layer reads,
+built by the node from its own settings (`HttpSettings.tuned`). Every field is documented and
+bounded here, once; a value out of bounds is a `ConfigError`.
 
 The connection limit (`max_connections`) defaults to what the process's open-file limit
 leaves once a reserve is kept for everything else the node opens (`default_max_connections`).
@@ -11,7 +14,16 @@ leaves once a reserve is kept for everything else the node opens (`default_max_c
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
 from sparkiq.errors import ConfigError
 
@@ -25,82 +37,154 @@ HOPS_HEADER = "x-sparkiq-hops"  # how many nodes forwarded this request so far
 BUDGET_HEADER = "x-sparkiq-budget-ms"  # what is left of the first node's budget
 
 
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    """How the HTTP layer waits, forwards and limits requests."""
+class TunableHttpSettings(BaseModel):
+    """The HTTP layer's settings an operator tunes (through `NodeSettings`)."""
 
-    # How long one request may wait for a partition to get a ready owner (restoring, moving,
-    # owner unreachable) before it is answered 503. A forwarded request carries what is left.
-    budget_s: float = 5.0
-    # Forwards one request may take; the node that would forward once more answers 508.
-    hop_limit: int = 3
-    # Largest key (in its wire form, and as path text) accepted; larger -> 413.
-    max_key_bytes: int = 4096
-    # Largest request body accepted (multi-get); larger -> 413.
-    max_body_bytes: int = 1 << 20
-    # Largest number of keys in one multi-get.
-    max_multi_get_keys: int = 10_000
-    # The Retry-After (seconds) sent with a 503.
-    retry_after_s: int = 1
-    # Pause before asking again an owner that refused the connection: the cluster map may
-    # still name a node that died until the group notices, so do not spin on it.
-    reconnect_pause_s: float = 0.05
-    # A standby (or a promoted replica still restoring) may answer a read whose active cannot
-    # (refused, timed out, restoring, 503) if it is at most this many offsets behind the
-    # changelog end; a request's `max_lag=N` sets the bound instead.
-    standby_max_lag: int = 10_000
-    # How long one attempt waits for the active's answer before a standby is asked; the
-    # active is asked again (within the budget) if no standby can answer.
-    active_timeout_s: float = 1.0
-    # Range pages: default and largest `limit`.
-    default_range_limit: int = 100
-    max_range_limit: int = 1000
-    # Window queries: the most windows one answer may hold.
-    max_windows: int = 10_000
-    # Keep-alive connections kept per owner node for forwarding.
-    pool_per_host: int = 64
-    # Single-key reads forwarded in one loop iteration to one owner share a connection, up to
-    # this many (HTTP/1.1 pipelining; see `sparkiq.http.pool`). 1: one per connection.
-    pipeline_depth: int = 16
-    # Requests one node answers at once (forwarded ones included); past it: 429 + Retry-After.
-    max_in_flight: int = 512
-    # Client connections held open at once (other nodes' forwarding connections included);
-    # past it a new connection is answered 503 (`too_many_connections`, Retry-After) and
-    # closed at once. None: `default_max_connections` of the open-file limit when the server
-    # starts.
-    max_connections: int | None = None
-    # A connection that has sent nothing (no request begun) is closed after this long.
-    header_timeout_s: float = 10.0
-    # A keep-alive connection idle this long between requests is closed.
-    idle_timeout_s: float = 75.0
-    # A request whose head or body has not fully arrived this long after its first bytes is
-    # answered 408 and its connection closed.
-    request_timeout_s: float = 30.0
+    # Defaults are given as `default=`: type checkers see a field's default only there, and
+    # code calls `HttpSettings()` with no arguments.
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        if self.budget_s <= 0:
-            raise ConfigError(f"budget_s must be > 0, got {self.budget_s}")
-        if self.standby_max_lag < 0:
-            raise ConfigError(f"standby_max_lag must be >= 0, got {self.standby_max_lag}")
-        if self.active_timeout_s <= 0:
-            raise ConfigError(f"active_timeout_s must be > 0, got {self.active_timeout_s}")
-        if self.hop_limit < 1:
-            raise ConfigError(f"hop_limit must be >= 1, got {self.hop_limit}")
-        if self.max_key_bytes < 1 or self.max_body_bytes < 1:
-            raise ConfigError("max_key_bytes and max_body_bytes must be >= 1")
-        if not 1 <= self.default_range_limit <= self.max_range_limit:
-            raise ConfigError("need 1 <= default_range_limit <= max_range_limit")
-        if self.max_in_flight < 1:
-            raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
-        if self.pool_per_host < 1:
-            raise ConfigError(f"pool_per_host must be >= 1, got {self.pool_per_host}")
-        if self.pipeline_depth < 1:
-            raise ConfigError(f"pipeline_depth must be >= 1, got {self.pipeline_depth}")
-        if self.max_connections is not None and self.max_connections < 1:
-            raise ConfigError(f"max_connections must be >= 1, got {self.max_connections}")
-        for name in ("header_timeout_s", "idle_timeout_s", "request_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+    request_budget_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a request may wait for a partition to get a ready owner "
+        "(restoring, moving, owner unreachable) before it is answered 503 with Retry-After; "
+        "a forwarded request carries what is left of it.",
+    )
+    standby_max_lag: int = Field(
+        default=10_000,
+        ge=0,
+        description="When a partition's active cannot answer a read (down, timed out, "
+        "restoring), a standby at most this many offsets behind the changelog end answers "
+        "instead; a request's max_lag=N sets its own bound.",
+    )
+    active_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How long a read waits for the active's answer before asking a standby "
+        "(the active is asked again, within the budget, if no standby can answer).",
+    )
+    hop_limit: int = Field(
+        default=3,
+        ge=1,
+        description="Most times one request may be forwarded between nodes; the node that "
+        "would forward it once more answers 508.",
+    )
+    max_key_bytes: int = Field(
+        default=4_096,
+        ge=1,
+        description="Largest key accepted (wire form, and as path text), in bytes.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1, description="Largest request body (multi-get) accepted, in bytes."
+    )
+    max_in_flight: int = Field(
+        default=512,
+        ge=1,
+        description="Requests the node answers at once (forwarded ones included); past it, "
+        "429 with Retry-After.",
+    )
+    forward_pipeline_depth: int = Field(
+        default=16,
+        ge=1,
+        description="Single-key reads forwarded to one owner in one loop iteration share a "
+        "connection, up to this many (HTTP/1.1 pipelining); 1 sends each on its own.",
+    )
+    max_connections: int | None = Field(
+        default=None,
+        ge=1,
+        description="Client connections held open at once (other nodes' included); past it a "
+        "new connection is answered 503 (too_many_connections, Retry-After) and closed at "
+        "once. Default: the open-file limit (raised to its hard limit at start) less a "
+        "reserve for Kafka clients and RocksDB files (a quarter of it, at least 256) and the "
+        "listen backlog (1024), at least 128.",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that sends no request (nor finishes its TLS handshake) "
+        "within this many seconds is closed.",
+    )
+    idle_timeout_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="A keep-alive connection idle this many seconds between requests is closed.",
+    )
+    request_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request whose head or body has not fully arrived this many seconds "
+        "after its first bytes is answered 408 and its connection closed.",
+    )
+
+
+class HttpSettings(TunableHttpSettings):
+    """How the HTTP layer waits, forwards and limits requests: the tunable settings, and
+    those fixed in code (tests may set them too)."""
+
+    max_multi_get_keys: int = Field(default=10_000, ge=1, description="Most keys in one multi-get.")
+    retry_after_s: int = Field(
+        default=1, ge=0, description="The Retry-After (seconds) sent with a 503 or a 429."
+    )
+    reconnect_pause_s: float = Field(
+        default=0.05,
+        ge=0,
+        description="Pause before asking again an owner that refused the connection: the "
+        "cluster map may still name a node that died until the group notices, so do not spin "
+        "on it.",
+    )
+    default_range_limit: int = Field(
+        default=100, ge=1, description="Keys in a range page when the request names no limit."
+    )
+    max_range_limit: int = Field(
+        default=1000, ge=1, description="Largest limit a range request may name."
+    )
+    max_windows: int = Field(
+        default=10_000, ge=1, description="Most windows one answer to a window query may hold."
+    )
+    pool_per_host: int = Field(
+        default=64, ge=1, description="Keep-alive connections kept per owner node for forwarding."
+    )
+
+    @classmethod
+    def tuned(cls, tunables: TunableHttpSettings) -> HttpSettings:
+        """These settings with the tunable ones taken from `tunables` (a node's settings)."""
+        return cls(**{name: getattr(tunables, name) for name in TunableHttpSettings.model_fields})
+
+    @model_validator(mode="after")
+    def _check_range_limits(self) -> HttpSettings:
+        if self.default_range_limit > self.max_range_limit:
+            raise ValueError(
+                f"default_range_limit ({self.default_range_limit}) must be at most "
+                f"max_range_limit ({self.max_range_limit})"
+            )
+        return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_config_error(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # The HTTP layer is handed this value by code (the node, tests, benchmarks): a bad one
+        # is sparkiq's ConfigError, like every other unusable setting or argument.
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise ConfigError(f"HTTP settings: {_reasons(exc)}") from None
+
+
+def _reasons(exc: ValidationError) -> str:
+    """`exc`'s errors as `field: what is wrong (got value)`, joined by '; '."""
+    reasons = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            reasons.append(
+                f"{where}: no such setting; they are {', '.join(HttpSettings.model_fields)}"
+            )
+        elif where:
+            reasons.append(f"{where}: {error['msg']} (got {error['input']!r})")
+        else:
+            reasons.append(str(error["msg"]).removeprefix("Value error, "))
+    return "; ".join(reasons)
 
 
 # -- the connection limit's default ---------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from confluent_kafka import KafkaError as CKafkaError
@@ -30,15 +30,23 @@ from rocksdict import WriteBatch
 from sparkiq.bulk_partitions import partitions_of
 from sparkiq.errors import SparkiqError
 from sparkiq.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
+from sparkiq.store import PartitionStore
 from sparkiq.tables import TableDef
 from sparkiq.topology import TopicPartition
-
-if TYPE_CHECKING:
-    from sparkiq.restore.replica import Replica
 
 log = logging.getLogger(__name__)
 
 StoreKeyFn = Callable[[bytes], bytes]
+
+
+class Target(Protocol):
+    """What a run needs of the replica its records go to (`sparkiq.restore.replica.Replica`)."""
+
+    table: TableDef
+    store: PartitionStore
+    key_fn: StoreKeyFn | None
+
+
 SkipFn = Callable[[TopicPartition, int, str], None]  # (tp, offset, why) of a skipped record
 
 
@@ -71,7 +79,7 @@ class Run:
 
     __slots__ = ("batch", "example", "key_fn", "keys", "last", "misplaced", "replica")
 
-    def __init__(self, replica: Replica | None) -> None:
+    def __init__(self, replica: Target | None) -> None:
         self.replica = replica
         # A partition no longer assigned still gets a batch (never written) to keep the
         # record loop free of checks.
@@ -117,7 +125,7 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
 
 
 def split_batch(
-    messages: Sequence[Message], replicas: Mapping[TopicPartition, Replica], skip: SkipFn
+    messages: Sequence[Message], replicas: Mapping[TopicPartition, Target], skip: SkipFn
 ) -> tuple[dict[TopicPartition, Run], dict[TopicPartition, int]]:
     """One `Run` per partition in *messages*, and the end-of-partition offsets seen.
 

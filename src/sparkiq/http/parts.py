@@ -1,0 +1,48 @@
+"""What the read paths (key path, fan-out, failover, gather) use of the node's API.
+
+`HttpApi` builds these parts and hands itself to the modules that answer reads; they see it
+through this protocol, so none of them imports the API module (which imports them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from sparkiq.http.forward import Forwarder, Unreachable
+from sparkiq.http.locate import Call, LocalReplica, Locator
+from sparkiq.http.metrics import HttpMetrics
+from sparkiq.http.responses import Answer, Response
+from sparkiq.http.settings import HttpSettings
+from sparkiq.http.view import NodeView
+from sparkiq.queries import Failure
+from sparkiq.topology import TopicPartition
+
+
+class ApiParts(Protocol):
+    """The node's view, settings, metrics, locator and forwarder, and the read loop."""
+
+    view: NodeView
+    settings: HttpSettings
+    metrics: HttpMetrics
+    locator: Locator
+    forwarder: Forwarder
+
+    def read_raised(self, method: str, path: str, exc: Exception) -> bool:
+        """Whether a read that raised `exc` is to be answered once more (`HttpApi`)."""
+        ...
+
+    def error_answer(self, method: str, path: str, exc: Exception) -> Answer:
+        """The answer to an exception that escaped answering `method path`."""
+        ...
+
+    async def answer_from_replica(
+        self,
+        tp: TopicPartition,
+        call: Call,
+        read: Callable[[LocalReplica], Answer],
+        found: LocalReplica | str | Failure | None = None,
+        asked: Response | Unreachable | None = None,
+    ) -> Answer:
+        """A single-partition GET: a local replica read, or the owner's answer as it is."""
+        ...
