@@ -73,20 +73,23 @@ class AsgiApp:
             await _send(send, response)
 
 
-def _id_header() -> tuple[bytes, bytes]:
-    return (_REQUEST_ID, (REQUEST_ID.get() or "").encode())
+def _id_header() -> list[tuple[bytes, bytes]]:
+    """The request's id; no header for a request refused before the app saw it (a body too
+    large), as from the loop server: the document's `x-request-id` is never empty."""
+    rid = REQUEST_ID.get()
+    return [] if rid is None else [(_REQUEST_ID, rid.encode())]
 
 
 async def _send(send: Send, response: Response) -> None:
     """Send `response`, with the request's id."""
-    headers = [*raw_headers(response.headers), _id_header()]
+    headers = [*raw_headers(response.headers), *_id_header()]
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})
 
 
 async def _send_stream(send: Send, stream: Stream) -> None:
     """Send a `Stream`: its head, then each chunk as it comes."""
-    headers = [*raw_headers(stream.headers), _id_header()]
+    headers = [*raw_headers(stream.headers), *_id_header()]
     await send({"type": "http.response.start", "status": stream.status, "headers": headers})
     try:
         async for chunk in stream.chunks:

@@ -460,16 +460,19 @@ def _parameters(s: HttpSettings) -> JsonObject:
                       "`_` or `-`; anything else is replaced by an id the node makes.",
                       _STRING),
     }  # fmt: skip
-    return {
-        name: {
+    out: JsonObject = {}
+    for name, (where, param, description, schema) in table.items():
+        out[name] = {
             "name": param,
             "in": where,
             "required": where == "path",
             "description": description,
             "schema": dict(schema),
         }
-        for name, (where, param, description, schema) in table.items()
-    }
+        if where == "query" and schema.get("type") == "integer":
+            # An empty value (`max_lag=`) is the parameter's default (`params.int_param`).
+            out[name]["allowEmptyValue"] = True
+    return out
 
 
 # -- schemas ---------------------------------------------------------------------------------------

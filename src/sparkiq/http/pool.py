@@ -363,7 +363,7 @@ class PoolForwarder:
     system's trust store).
 
     `send_now` pipelines: the single-key GETs of one loop iteration to one owner share a
-    connection, up to `pipeline_depth` of them, and leave in one write; the owner reads them
+    connection, up to `forward_pipeline_depth` of them, and leave in one write; the owner reads them
     in one go and answers them in one write. On loopback the system calls are most of a
     forward's cost, and this saves all but one pair per batch on both nodes. The price: an
     answer the owner holds back (a partition it is restoring) holds back the ones behind it
