@@ -32,13 +32,13 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
-from sparkiq.broker import DevBroker
-from sparkiq.catalog import register_table
 from sparkiq.client import Client
-from sparkiq.errors import ClientError
+from sparkiq.core.errors import ClientError
+from sparkiq.core.tables import Format, TableDef
+from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.kafka.admin import create_topic
-from sparkiq.localcluster import LocalCluster
-from sparkiq.tables import Format, TableDef
+from sparkiq.kafka.catalog import register_table
 
 TABLE = "accounts"
 PARTITIONS = 6

@@ -50,9 +50,9 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sparkiq.core.tables import TableDef
     from sparkiq.http.testing import StaticView
-    from sparkiq.store import StoreRegistry
-    from sparkiq.tables import TableDef
+    from sparkiq.node.store import StoreRegistry
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -127,7 +127,7 @@ http {
 
 
 def table_def() -> TableDef:
-    from sparkiq.tables import Format, TableDef
+    from sparkiq.core.tables import Format, TableDef
 
     return TableDef("bench", "bench-changelog", PARTITIONS, Format.STRING, Format.JSON)
 
@@ -184,8 +184,8 @@ def require_tools(tools: tuple[str, ...] = ("wrk", "nginx"), script: str = "benc
 
 def build_stores(state_dir: Path) -> None:
     """100k string keys k0..k99999 with small JSON values, in real PartitionStores."""
-    from sparkiq.partitioner import partition_for
-    from sparkiq.store import StoreRegistry
+    from sparkiq.core.partitioner import partition_for
+    from sparkiq.node.store import StoreRegistry
 
     table = table_def()
     per_partition: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
@@ -231,7 +231,7 @@ def bench_view(
     """The view of a bench node at `url`: the active of every partition, over the stores in
     `state_dir` (and their registry, to close), or with `owner_url` the node that is."""
     from sparkiq.http.testing import StaticView
-    from sparkiq.store import StoreRegistry
+    from sparkiq.node.store import StoreRegistry
 
     table = table_def()
     view = StaticView(url, [table])

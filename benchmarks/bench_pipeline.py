@@ -8,7 +8,7 @@ One dev broker; everything measured in the same run:
     in a child process. Its throughput is the median processed rows/s of micro-batches fed far more
     rows than they can take; its micro-batch duration is the median at the steady rate
     used for freshness below, with the same trigger.
-(b) the example pipeline (`sparkiq run src/sparkiq/pos/pipeline.py`, its three queries)
+(b) the example pipeline (`sparkiq run src/sparkiq/dev/pos/pipeline.py`, its three queries)
     with three serving nodes, micro-batches capped at the reference's saturated batch size.
     Throughput: after a first burst of --warm-invoices (not counted: the reference also
     leaves out its first batches), N invoices are produced at once and timed until every
@@ -45,14 +45,14 @@ import aiohttp
 import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-import sparkiq.pos.pipeline as pos_pipeline
-from sparkiq.broker import DevBroker
-from sparkiq.catalog import DEFAULT_APP
+import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.localcluster import LocalCluster
+from sparkiq.dev.localpipeline import PipelineProcess
+from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
 from sparkiq.kafka.admin import create_topic, partition_count
+from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.offsets import true_end_offsets
-from sparkiq.localcluster import LocalCluster
-from sparkiq.localpipeline import PipelineProcess
-from sparkiq.pos.generator import InvoiceGenerator, produce_invoices
 
 SOURCE = "pos"
 # Each probed invoice is asked for every 100 ms until it shows: with answers seconds late

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_pipeline import rate_reference
-from sparkiq.broker import DevBroker
+from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
 from sparkiq.kafka.admin import create_topic
-from sparkiq.pos.generator import InvoiceGenerator, produce_invoices
 
 SOURCE = "pos"
 SMALL = "pos-small"  # the same invoices, read in small batches
@@ -60,7 +60,7 @@ STAGES = ("read", "parse", "store-sales", "customers", "read-x2", "parse-x2")
 
 STAGE = r"""
 import json, sys
-from sparkiq.pos import pipeline as pos
+from sparkiq.dev.pos import pipeline as pos
 from sparkiq.spark.session import local_session
 
 stage, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint = sys.argv[1:9]

@@ -36,7 +36,7 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sparkiq.tables import TableDef
+    from sparkiq.core.tables import TableDef
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -56,8 +56,8 @@ SUBJECTS = (
 
 
 def tables() -> dict[str, TableDef]:
-    from sparkiq.partitioner import Partitioner
-    from sparkiq.tables import TableDef
+    from sparkiq.core.partitioner import Partitioner
+    from sparkiq.core.tables import TableDef
 
     return {
         "placed": TableDef("placed", "placed-changelog", PARTITIONS),
@@ -71,8 +71,8 @@ def tables() -> dict[str, TableDef]:
 def build_stores(state_dir: Path) -> None:
     """100k keys in each table: murmur2-placed, placed by `i % PARTITIONS`, and murmur2-placed
     with `MISPLACED` more records one partition off."""
-    from sparkiq.partitioner import partition_for
-    from sparkiq.store import StoreRegistry
+    from sparkiq.core.partitioner import partition_for
+    from sparkiq.node.store import StoreRegistry
 
     registry = StoreRegistry(state_dir)
     for name, table in tables().items():
@@ -96,7 +96,7 @@ async def run_node(port: int, state_dir: str, holds: list[int], peer: str | None
     from sparkiq.http.server import HttpServer
     from sparkiq.http.settings import HttpSettings
     from sparkiq.http.testing import StaticView
-    from sparkiq.store import StoreRegistry
+    from sparkiq.node.store import StoreRegistry
 
     url = f"http://127.0.0.1:{port}"
     defs = list(tables().values())

@@ -31,12 +31,12 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from sparkiq.broker import DevBroker
+from sparkiq.core.partitioner import Partitioner
+from sparkiq.core.tables import Format, TableDef
+from sparkiq.dev.broker import DevBroker
 from sparkiq.kafka.admin import create_topic
-from sparkiq.partitioner import Partitioner
-from sparkiq.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
-from sparkiq.store import StoreRegistry
-from sparkiq.tables import Format, TableDef
+from sparkiq.node.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
+from sparkiq.node.store import StoreRegistry
 
 PARTITIONS = 6
 

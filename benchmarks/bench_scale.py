@@ -9,7 +9,7 @@ broker:
    and a tiny table of 1,000 keys of the same shape, the lookup reference. The count is
    checked against the changelog's *true* end offsets (the dev broker under-reports the
    high watermark, see shared/BASELINES.md);
-2. restore: start one `sparkiq serve` node (`sparkiq.localcluster.NodeProcess`, no
+2. restore: start one `sparkiq serve` node (`sparkiq.dev.localcluster.NodeProcess`, no
    standbys) on a fresh state dir, the only member of its group, so it restores every
    partition of both tables; time from the spawn until /readyz answers 200 (`restore
    rec/s` = records / that time, process start and group join included; the details give
@@ -56,12 +56,12 @@ from statistics import median
 import httpx
 from confluent_kafka import KafkaError, Message, Producer
 
-from sparkiq.broker import DevBroker, free_port
-from sparkiq.catalog import register_table
+from sparkiq.core.tables import Format, TableDef
+from sparkiq.dev.broker import DevBroker, free_port
+from sparkiq.dev.localcluster import NodeProcess
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.catalog import register_table
 from sparkiq.kafka.offsets import true_end_offsets
-from sparkiq.localcluster import NodeProcess
-from sparkiq.tables import Format, TableDef
 
 TABLE = "scale"
 TINY_TABLE = "tiny"

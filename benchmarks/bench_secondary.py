@@ -28,11 +28,11 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict
 
-from sparkiq.store import PartitionStore
-from sparkiq.tables import TableDef
+from sparkiq.core.tables import TableDef
+from sparkiq.node.store import PartitionStore
 
 TABLE = TableDef("bench", "bench-changelog", 1)
-# Where PartitionStore keeps its checkpoint (src/sparkiq/store.py): read by the secondary.
+# Where PartitionStore keeps its checkpoint (src/sparkiq/node/store.py): read by the secondary.
 META = "meta"
 OFFSET = b"next_offset"
 VALUE = b"v" * 100

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sparkiq.broker import DevBroker, free_port
+from sparkiq.dev.broker import DevBroker, free_port
 
 
 @pytest.fixture(scope="session")

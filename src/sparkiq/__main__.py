@@ -1,5 +1,5 @@
 """`python -m sparkiq` runs the command line."""
 
-from sparkiq.cli import main
+from sparkiq.cli.main import main
 
 main()

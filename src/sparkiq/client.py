@@ -32,12 +32,12 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from sparkiq.errors import ClientError, FormatError, SparkiqError
+from sparkiq.core.errors import ClientError, FormatError, SparkiqError
+from sparkiq.core.partitioner import Partitioner
+from sparkiq.core.serde import key_codec
+from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.tls import client_context
-from sparkiq.partitioner import Partitioner
-from sparkiq.serde import key_codec
-from sparkiq.tables import Format, TableDef, TableKind
 
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
 # another node), the answer comes.

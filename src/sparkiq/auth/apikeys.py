@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from sparkiq.auth.identity import Identity, config_tables
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 API_KEY_HEADER = "x-api-key"
 _MIN_KEY_CHARS = 16

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 from pathlib import Path
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 CLUSTER_HEADER = "x-sparkiq-cluster"
 _MIN_SECRET_BYTES = 32

@@ -15,7 +15,7 @@ from pathlib import Path
 from sparkiq.auth.apikeys import ApiKeys
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.auth.tokens import TokenRules, TokenVerifier, load_public_key
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 AUTH_NONE = "none"
 AUTH_REQUIRED = "required"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 ALL_TABLES = "*"
 

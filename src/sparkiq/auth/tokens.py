@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from sparkiq.auth.identity import Identity, parse_tables
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 HS256, RS256, ES256 = "HS256", "RS256", "ES256"
 _CACHE_MAX = 10_000

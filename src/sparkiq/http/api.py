@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
-from sparkiq.errors import FormatError, StorageFault
+from sparkiq.core.errors import FormatError, StorageFault
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.serde import split_window_store_key, window_store_key
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http import failover, fanout
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder, Unreachable
@@ -52,10 +56,6 @@ from sparkiq.http.responses import (
 )
 from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.serde import split_window_store_key, window_store_key
-from sparkiq.tables import TableDef
-from sparkiq.topology import TopicPartition
 
 log = logging.getLogger(__name__)
 

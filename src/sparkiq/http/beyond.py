@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
+from sparkiq.core.queries import Failure
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http import fanout
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.keyread import (
@@ -34,8 +36,6 @@ from sparkiq.http.keyread import (
 )
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response, is_absent
-from sparkiq.queries import Failure
-from sparkiq.topology import TopicPartition
 
 if TYPE_CHECKING:
     from sparkiq.http.settings import HttpSettings

@@ -3,10 +3,10 @@
 `ErrorCode` is the only list of them: the node answers with its members
 (`sparkiq.http.responses.error_response`), the client compares codes with them, and the
 OpenAPI document (`sparkiq.http.openapi`) lists them, each with the `when` written here.
-tests/test_http_errorcodes.py fails when a member is never sent or a code sent is no member.
+tests/unit/http/test_errorcodes.py fails when a member is never sent or a code sent is no member.
 
 Each code has one HTTP status (`ErrorCode.status`). Query failures
-(`sparkiq.queries.FailureReason`) have a code of the same name, the HTTP layer's others are
+(`sparkiq.core.queries.FailureReason`) have a code of the same name, the HTTP layer's others are
 its own. This module imports nothing of the server: the client imports it.
 """
 
@@ -23,7 +23,7 @@ class ErrorCode(StrEnum):
 
     # Makes each member of its (value, status, when). Once the class is made, `ErrorCode(v)`
     # looks the member of value v up, as with any enum: the defaults let type checkers see
-    # that call, no member is made with them (tests/test_http_errorcodes.py).
+    # that call, no member is made with them (tests/unit/http/test_errorcodes.py).
     def __new__(cls, value: str, status: int = 0, when: str = "") -> ErrorCode:
         member = str.__new__(cls, value)
         member._value_ = value

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sparkiq.core.queries import Failure
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, fallback_target
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failed
-from sparkiq.queries import Failure
-from sparkiq.topology import TopicPartition
 
 Read = Callable[[LocalReplica], Answer]
 

@@ -26,6 +26,10 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.serde import split_window_store_key
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.gather import (
     Gathered,
     Sources,
@@ -48,10 +52,6 @@ from sparkiq.http.params import (
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.settings import FALLBACK_PARAM
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.serde import split_window_store_key
-from sparkiq.tables import TableDef
-from sparkiq.topology import TopicPartition
 
 RANGE_PARAMS = frozenset(
     ("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions", FALLBACK_PARAM)

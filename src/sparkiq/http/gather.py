@@ -19,7 +19,7 @@ Two kinds of request go to other nodes:
   `standby`; the lowest partition when several hold it).
 
 Probes find records that their producer put in another partition than the table's
-partitioner gives their keys (`sparkiq.restore.batches`), and every record of a table whose
+partitioner gives their keys (`sparkiq.node.restore.batches`), and every record of a table whose
 placement is unknown (partitioner `any`).
 """
 
@@ -34,14 +34,14 @@ from urllib.parse import quote
 
 import orjson
 
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
 from sparkiq.http.params import codecs, decode_cursor, encode_cursor
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Answer, Outcome, Response, failed
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.tables import TableDef
-from sparkiq.topology import TopicPartition
 
 Plan = Mapping[TopicPartition, Sequence[int]]
 

@@ -22,7 +22,7 @@ Anything else -- a path of another shape, an unknown table, a key that does not 
 over the limit, a malformed sparkiq header -- returns None before anything is read, and the
 adapter passes the request to `HttpApi.handle`, which answers it by the full rules. An
 unexpected error becomes the same 500 as there (`HttpApi.error_answer`). The answers are the
-same bytes either way: tests/test_http_keypath.py checks each case against the generic path.
+same bytes either way: tests/unit/http/test_keypath.py checks each case against the generic path.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from functools import partial
 import orjson
 
 from sparkiq.auth import EVERYONE, Identity
+from sparkiq.core.partitioner import placer
+from sparkiq.core.queries import Failure
+from sparkiq.core.tables import Format
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http import fanout
 from sparkiq.http.beyond import Beyond
 from sparkiq.http.forward import Unreachable
@@ -50,10 +54,6 @@ from sparkiq.http.locate import LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.responses import Outcome, Response, is_absent
-from sparkiq.partitioner import placer
-from sparkiq.queries import Failure
-from sparkiq.tables import Format
-from sparkiq.topology import TopicPartition
 
 PREFIX = b"/v1/tables/"
 _KEYS = b"keys"

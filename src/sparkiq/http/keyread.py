@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import orjson
 
+from sparkiq.core.partitioner import PlaceFn
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.serde import KeyCodec, ValueCodec
+from sparkiq.core.tables import Format, TableDef
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.view import ReadableStore
-from sparkiq.partitioner import PlaceFn
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.serde import KeyCodec, ValueCodec
-from sparkiq.tables import Format, TableDef
-from sparkiq.topology import TopicPartition
 
 # The body of a found key, as a template: the bytes orjson would make of the same dict,
 # without building and dumping one.

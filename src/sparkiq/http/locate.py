@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.responses import Response
 from sparkiq.http.routing import RouteKind, may_stand_in, route, standby_urls
 from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
 from sparkiq.http.view import NodeView, ReadableStore
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.topology import TopicPartition
 
 # Wait at most this long on the view between looks at the placement, so a change signal
 # that slipped past (a view updated from another thread) costs a fraction of the budget.

@@ -38,7 +38,7 @@ else -- another method or version, a query, more or less than one whole request,
 that frames the message, changes the connection or is read by the app (`App.read_headers`)
 -- takes the parser's way. The node lane: reads of requests forwarded by another node
 exactly as `sparkiq.http.pool` writes them (`wire.FORWARDED`) are answered
-the same way. Every way gives the same answers (tests/test_http_loopserver.py).
+the same way. Every way gives the same answers (tests/unit/http/test_loopserver.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The node does not build its answers with these (orjson on dicts, or byte templates on the
 key path: `sparkiq.http.keyread`); they describe the answers. `json_schemas()` gives their
 JSON Schemas, which `sparkiq.http.openapi` puts in the document with the limits a node's
-settings decide (windows, multi-get keys, range page size); tests/test_http_models.py
+settings decide (windows, multi-get keys, range page size); tests/unit/http/test_models.py
 validates real answers with them.
 
 A field that defaults to None is left out of an answer where it does not apply; it is never
@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field, StringConstraints
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
+from sparkiq.core.partitioner import Partitioner
+from sparkiq.core.tables import Format, TableKind
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.partitioner import Partitioner
-from sparkiq.tables import Format, TableKind
 
 Count = Annotated[int, Field(ge=0)]
 Key = Annotated[
@@ -222,7 +222,7 @@ class LocalReplicaStatus(BaseModel):
 
     table: str
     partition: Count
-    # sparkiq.restore.ReplicaState's values (a test keeps them equal): the HTTP layer does
+    # sparkiq.node.restore.ReplicaState's values (a test keeps them equal): the HTTP layer does
     # not import the restorer.
     state: Literal["restoring", "active", "standby", "failed"]
     position: int

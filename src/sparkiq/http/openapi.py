@@ -12,11 +12,11 @@ It describes the public contract only: the headers and parameters nodes send eac
 they forward (`x-sparkiq-hops`, `x-sparkiq-budget-ms`, the cluster signature, `fallback_lag`,
 `partitions`) are refused from clients and are not in it.
 
-tests/test_http_openapi.py keeps the description and the code together: it probes every
+tests/unit/http/test_openapi.py keeps the description and the code together: it probes every
 route the dispatcher answers against the paths described here, and fuzzes the API from this
 document (schemathesis) for 5xx answers, hangs and answers that do not match it;
-tests/test_http_models.py validates real answers with the models, and
-tests/test_http_errorcodes.py checks that every code is described and sent.
+tests/unit/http/test_models.py validates real answers with the models, and
+tests/unit/http/test_errorcodes.py checks that every code is described and sent.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Collection
 from urllib.parse import parse_qsl, unquote
 
-from sparkiq.errors import KeyFormatError
-from sparkiq.queries import Failure, FailureReason
-from sparkiq.serde import KeyCodec, ValueCodec, key_codec, value_codec
-from sparkiq.tables import TableDef
+from sparkiq.core.errors import KeyFormatError
+from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.serde import KeyCodec, ValueCodec, key_codec, value_codec
+from sparkiq.core.tables import TableDef
 
 Params = dict[str, str]
 

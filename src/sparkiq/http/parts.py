@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from sparkiq.core.queries import Failure
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.locate import Call, LocalReplica, Locator
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.responses import Answer, Response
 from sparkiq.http.settings import HttpSettings
 from sparkiq.http.view import NodeView
-from sparkiq.queries import Failure
-from sparkiq.topology import TopicPartition
 
 
 class ApiParts(Protocol):

@@ -3,7 +3,7 @@
 A caller may send its own id in `x-request-id` (up to 64 characters of letters, digits, '.',
 '_', '-'); otherwise the first node makes one. Forwarded requests carry it to the owner, the
 answer echoes it, and `REQUEST_ID` holds it while the request is answered so that log
-records can name it (see `sparkiq.logs`).
+records can name it (see `sparkiq.cli.logs`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """HTTP answers as plain values, and the one place where failures become statuses.
 
-Everything inside the HTTP layer deals in `sparkiq.queries.Failure`; `failure_response` is the
+Everything inside the HTTP layer deals in `sparkiq.core.queries.Failure`; `failure_response` is the
 edge that maps each `FailureReason` to its `ErrorCode` (which has the status) and the one
 error shape `{"error": {"code", "message"}}`.
 """
@@ -13,8 +13,8 @@ from enum import StrEnum
 
 import orjson
 
+from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.queries import Failure, FailureReason
 
 JSON = "application/json"
 JSON_HEADERS: tuple[tuple[str, str], ...] = (("content-type", JSON),)
@@ -73,8 +73,8 @@ def json_response(payload: object, status: int = 200) -> Response:
 def error_response(
     status: int, code: ErrorCode, message: str, headers: tuple[tuple[str, str], ...] = JSON_HEADERS
 ) -> Response:
-    """An answer in the one error shape; `status` is `code.status` (tests/test_http_errorcodes.py
-    checks every call)."""
+    """An answer in the one error shape; `status` is `code.status`
+    (tests/unit/http/test_errorcodes.py checks every call)."""
     body = orjson.dumps({"error": {"code": code, "message": message}})
     return Response(status, body, headers)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from sparkiq.queries import ReplicaRole
-from sparkiq.topology import Placement
+from sparkiq.core.queries import ReplicaRole
+from sparkiq.core.topology import Placement
 
 
 class RouteKind(Enum):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from sparkiq.auth import AuthConfig
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 from sparkiq.http.api import HttpApi
 from sparkiq.http.app import NodeApp
 from sparkiq.http.forward import Forwarder

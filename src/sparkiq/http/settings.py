@@ -1,7 +1,7 @@
 """Settings of the HTTP layer: request budget, hop limit, size limits, connection pool,
 connection limit and timeouts.
 
-`TunableHttpSettings` holds the ones an operator tunes: `sparkiq.settings.NodeSettings` derives
+`TunableHttpSettings` holds the ones an operator tunes: `sparkiq.node.settings.NodeSettings` derives
 from it, so each is also an option of `sparkiq serve` and a `SPARKIQ_<FIELD>` variable.
 `HttpSettings` adds the ones fixed in code; it is the one frozen value the HTTP layer reads,
 built by the node from its own settings (`HttpSettings.tuned`). Every field is documented and
@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 # Internal query parameter of a read forwarded to a standby after its active failed: answer
 # from this node's own replica if it is at most this many offsets behind, else 503 at once.

@@ -13,11 +13,11 @@ import bisect
 import contextlib
 from collections.abc import Iterable, Sequence
 
+from sparkiq.core.queries import ReplicaRole
+from sparkiq.core.serde import key_codec, value_codec, window_store_key
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
 from sparkiq.http.view import Placement, ReadableStore
-from sparkiq.queries import ReplicaRole
-from sparkiq.serde import key_codec, value_codec, window_store_key
-from sparkiq.tables import TableDef
-from sparkiq.topology import TopicPartition
 
 
 class DictStore:

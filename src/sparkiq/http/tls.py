@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """What the HTTP layer may see of its node: tables, placements, readable stores, metadata.
 
-`sparkiq.node.Node` implements `NodeView`; tests may implement it with real stores and a
+`sparkiq.node.node.Node` implements `NodeView`; tests may implement it with real stores and a
 fixed placement. The HTTP layer decides, per request, to read locally, forward, wait or fail;
 the view only reports facts.
 """
@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from sparkiq.tables import TableDef
-from sparkiq.topology import Placement, TopicPartition
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import Placement, TopicPartition
 
 __all__ = ["NodeView", "Placement", "ReadableStore"]
 
 
 class ReadableStore(Protocol):
-    """The read side of `sparkiq.store.PartitionStore`: all the HTTP layer ever calls.
+    """The read side of `sparkiq.node.store.PartitionStore`: all the HTTP layer ever calls.
 
     Typing the view against this instead of the concrete class lets tests serve from small
     dict-backed stores, and keeps the HTTP layer from reaching for the write methods.

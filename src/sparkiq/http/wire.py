@@ -13,7 +13,7 @@ shape. So both shapes live here, next to the patterns that read them:
   shape in one match.
 
 Anything else, however slight the difference, is read by the general parser at either end,
-with the same meaning. tests/test_http_wire.py writes with each writer and reads with each
+with the same meaning. tests/unit/http/test_wire.py writes with each writer and reads with each
 pattern.
 """
 

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from sparkiq.errors import KafkaError, TopicNotFoundError
+from sparkiq.core.errors import KafkaError, TopicNotFoundError
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 

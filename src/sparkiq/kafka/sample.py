@@ -1,6 +1,6 @@
 """Reads a sample of a topic's keyed records: which key is in which partition.
 
-`sparkiq.placement.detect` tells from such a sample which partitioner the producers used.
+`sparkiq.core.placement.detect` tells from such a sample which partitioner the producers used.
 The sample is taken from the beginning of every partition, up to an even share of
 *max_records* per partition, so every partition has its say and a large topic costs no
 more than a small one. Records with a null key are skipped: they were placed at random
@@ -22,7 +22,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
-from sparkiq.errors import KafkaError
+from sparkiq.core.errors import KafkaError
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 

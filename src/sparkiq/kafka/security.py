@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 __all__ = [
     "ALLOWED_KEYS",

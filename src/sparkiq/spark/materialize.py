@@ -7,7 +7,7 @@ with its whole new value, which is exactly a changelog. `materialize` creates th
 topic (compacted), registers the table in the catalog so every serving node starts serving
 it, and starts the streaming query that writes it through the `sparkiq-kafka` sink.
 
-Keys are encoded as the serving tier reads them (`sparkiq.serde`): strings as UTF-8, longs
+Keys are encoded as the serving tier reads them (`sparkiq.core.serde`): strings as UTF-8, longs
 and ints big-endian, JSON keys as their text. A windowed table's record key is the key
 bytes followed by the window start as an 8-byte big-endian millisecond count, and the
 record is partitioned by the key bytes alone (the sink's ``windowedKeys`` option), so all
@@ -24,12 +24,12 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from sparkiq.catalog import DEFAULT_APP, register_table
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
+from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.catalog import DEFAULT_APP, register_table
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.sink import SinkOptions, produce_batches
-from sparkiq.tables import Format, TableDef, TableKind
 
 if TYPE_CHECKING:
     import pyarrow as pa

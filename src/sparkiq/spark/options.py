@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
 
 FORMAT_NAME = "sparkiq-kafka"
 

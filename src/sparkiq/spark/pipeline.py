@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkiq.catalog import DEFAULT_APP
-from sparkiq.errors import ConfigError
+from sparkiq.core.errors import ConfigError
+from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.materialize import (
     materialize,
     prepare_table,
     start_kafka_write,
 )
-from sparkiq.tables import TableDef
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

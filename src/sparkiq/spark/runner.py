@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from sparkiq.catalog import DEFAULT_APP
-from sparkiq.errors import SparkiqError
+from sparkiq.core.errors import SparkiqError
+from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
 

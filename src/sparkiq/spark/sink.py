@@ -43,9 +43,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sparkiq.errors import ConfigError, KafkaError
+from sparkiq.core.errors import ConfigError, KafkaError
+from sparkiq.core.partitioner import partition_for
 from sparkiq.kafka.admin import count_partitions
-from sparkiq.partitioner import partition_for
 from sparkiq.spark.options import (
     FORMAT_NAME,
     bootstrap_servers,

@@ -56,7 +56,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sparkiq.errors import ConfigError, KafkaError, TopicNotFoundError
+from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
 from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.kafka.offsets import true_end_offsets, watermarks
 from sparkiq.spark.options import (
@@ -431,10 +431,10 @@ PoolKey = tuple[str, tuple[tuple[str, str], ...]]
 # end of a range delays the next range's first fetch by up to the wait). But the dev broker
 # (Tansu 0.6, memory storage) spends the fetch's wait listing the partition's record batches
 # from the first one and answers with no records when the wait runs out before it reaches the
-# fetch offset, though the records are there (tests/test_spark_source.py): with 1 ms a partition
-# of a few thousand small batches (a few minutes of the demo) is never read again, with 10 ms
-# one of ~30,000. A consumer that gets nothing for ESCALATE_AFTER_S while its range is unread
-# is replaced by one with the next wait, and the process keeps that wait from then on.
+# fetch offset, though the records are there (tests/unit/spark/test_source.py): with 1 ms a
+# partition of a few thousand small batches (a few minutes of the demo) is never read again,
+# with 10 ms one of ~30,000. A consumer that gets nothing for ESCALATE_AFTER_S while its range
+# is unread is replaced by one with the next wait, and the process keeps that wait from then on.
 FETCH_WAITS_MS = (1, 20, 200, 1000)
 ESCALATE_AFTER_S = 1.0
 

@@ -1,0 +1,155 @@
+"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition.
+
+`watch_cluster` renders it again every few seconds (`sparkiq cluster --watch`), redrawing
+the screen on a terminal and printing one block after another otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import httpx
+import orjson
+
+from sparkiq.core.errors import ClientError
+
+
+def fetch_metadata(
+    urls: list[str], timeout_s: float = 3.0, http: httpx.Client | None = None
+) -> dict[str, Any]:
+    """The metadata of the first node that answers (through `http`: credentials, trust)."""
+    get = http.get if http is not None else httpx.get
+    errors = []
+    for url in urls:
+        try:
+            resp = get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
+            if resp.status_code == 200:
+                meta: dict[str, Any] = resp.json()
+                return meta
+            errors.append(f"{url}: HTTP {resp.status_code}")
+        except httpx.HTTPError as exc:
+            errors.append(f"{url}: {exc}")
+    raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
+
+
+def _local_replicas(
+    url: str, timeout_s: float, http: httpx.Client | None
+) -> list[dict[str, Any]] | None:
+    get = http.get if http is not None else httpx.get
+    try:
+        resp = get(f"{url}/v1/metadata", timeout=timeout_s)
+        local: list[dict[str, Any]] = resp.json().get("local", [])
+        return local
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def render_cluster(
+    urls: list[str],
+    *,
+    as_json: bool = False,
+    timeout_s: float = 3.0,
+    http: httpx.Client | None = None,
+) -> str:
+    meta = fetch_metadata(urls, timeout_s, http)
+    if as_json:
+        return orjson.dumps(meta, option=orjson.OPT_INDENT_2).decode()
+    tables = meta.get("tables", [])
+    lines = [
+        f"generation {meta.get('generation')}, "
+        f"{len(meta.get('nodes', []))} nodes, {len(tables)} tables",
+    ]
+    for refused in meta.get("refused", []):
+        lines.append(
+            f"CONFLICT: node {refused['node_id']} advertises {refused['url']}, which an "
+            "earlier node has: it holds nothing until given its own --advertised-url"
+        )
+    for t in tables:
+        misplaced = int(t.get("misplaced_records", 0))
+        note = ""
+        if t.get("partitioner") == "any":
+            note = "  (placement unknown: every lookup asks every partition)"
+        elif misplaced:
+            note = "  (a key missing from its partition is looked for in all the others)"
+        lines.append(
+            f"table {t['name']}: partitioner {t.get('partitioner', 'murmur2')}, "
+            f"{misplaced:,} misplaced records{note}"
+        )
+    lines += [
+        "",
+        f"{'NODE':<28} {'TABLE':<20} {'PART':>4}  {'ROLE':<9} {'STATE':<9} "
+        f"{'POSITION':>9} {'END':>9} {'LAG':>7} {'MISPLACED':>9}",
+    ]
+    faults: list[str] = []
+    for node in meta.get("nodes", []):
+        url = node["url"]
+        replicas = _local_replicas(url, timeout_s, http)
+        if replicas is None:
+            lines.append(f"{url:<28} (not answering)")
+            continue
+        roles: dict[tuple[str, int], str] = {}
+        for role in ("active", "standby", "warming"):
+            for table, part in node.get(role, []):
+                roles[(table, int(part))] = role
+        if not replicas:
+            lines.append(f"{url:<28} (no partitions)")
+        for r in sorted(replicas, key=lambda r: (r["table"], r["partition"])):
+            role = roles.get((r["table"], int(r["partition"])), "-")
+            lines.append(
+                f"{url:<28} {r['table']:<20} {r['partition']:>4}  {role:<9} {r['state']:<9} "
+                f"{r['position']:>9} {r['end']:>9} {r['lag']:>7} {r.get('misplaced', 0):>9}"
+            )
+            where = f"{url} {r['table']}[{r['partition']}]"
+            if r.get("fault"):
+                faults.append(f"FAULT: {where}: {r['fault']}")
+            if r.get("rebuilds"):
+                faults.append(
+                    f"REBUILT: {where}: {r['rebuilds']} time(s) from the changelog after a "
+                    "storage fault"
+                )
+    if faults:
+        lines += ["", *faults]
+    return "\n".join(lines)
+
+
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def watch_cluster(
+    urls: list[str],
+    *,
+    interval_s: float = 2.0,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    rounds: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    http: httpx.Client | None = None,
+) -> None:
+    """Render the cluster every `interval_s` until Ctrl-C (or `rounds` times).
+
+    A node that does not answer is shown as such and the watch goes on: it is what one
+    watches a cluster for.
+    """
+    out = out if out is not None else sys.stdout
+    live = out.isatty()
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            try:
+                text = render_cluster(
+                    urls, as_json=as_json, timeout_s=min(interval_s, 3.0), http=http
+                )
+            except ClientError as exc:
+                text = f"sparkiq: {exc}"
+            stamp = time.strftime("%H:%M:%S")
+            out.write(f"{_CLEAR_SCREEN if live else ''}{stamp} (every {interval_s:g}s)\n")
+            out.write(text + "\n" + ("" if live else "\n"))
+            out.flush()
+            done += 1
+            if rounds is None or done < rounds:
+                sleep(interval_s)
+    except KeyboardInterrupt:
+        pass

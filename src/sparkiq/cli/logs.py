@@ -1,0 +1,166 @@
+"""The node's logs: text or JSON lines, each record naming its node and request id.
+
+`configure_logging(level, fmt, node=url)` installs one stderr handler on the root logger:
+
+- `LogFormat.TEXT`: `time LEVEL logger: message`, with ` request_id=<id>` appended when the
+  record was made while a request was answered;
+- `LogFormat.JSON`: one object per line with `time` (UTC, ISO 8601), `level`, `logger`,
+  `message`, `node`, `request_id` (null outside a request), `exception` (the formatted
+  traceback or null), and the fields an access-log line carries (`endpoint`, `outcome`,
+  `status`, `ms`).
+
+The request id comes from `sparkiq.http.requestid.REQUEST_ID`, read by `RequestIdFilter` on
+the handler: the handler runs in the task that logs, so the context variable holds that
+task's request. The handler can also keep a live status line (the restore progress) at the
+bottom of a terminal: records are written above it and it is drawn again after each one.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from enum import StrEnum
+from typing import TextIO
+
+import orjson
+
+from sparkiq.http.requestid import REQUEST_ID
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Attributes an access-log record carries (see `sparkiq.http.metrics`), copied into JSON lines.
+ACCESS_FIELDS = ("endpoint", "outcome", "status", "ms")
+
+_CLEAR_LINE = "\r\x1b[K"
+
+
+class LogFormat(StrEnum):
+    """How log records are written."""
+
+    TEXT = "text"  # for people: one line per record
+    JSON = "json"  # for log pipelines: one JSON object per line
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts `node` and the current `request_id` (or None) on every record it sees."""
+
+    def __init__(self, node: str | None = None) -> None:
+        super().__init__()
+        self.node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.node = self.node
+        record.request_id = REQUEST_ID.get()
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """Today's text lines, with ` request_id=<id>` when the record has one."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        if request_id is None:
+            return text
+        first, newline, rest = text.partition("\n")  # keep a traceback below the id
+        return f"{first} request_id={request_id}{newline}{rest}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        exception = None
+        if record.exc_info:
+            exception = self.formatException(record.exc_info)
+        elif record.exc_text:
+            exception = record.exc_text
+        entry: dict[str, object] = {
+            "time": _iso_utc(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "node": getattr(record, "node", None),
+            "request_id": getattr(record, "request_id", None),
+            "exception": exception,
+        }
+        for name in ACCESS_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        return orjson.dumps(entry, default=str).decode()
+
+
+def _iso_utc(created: float) -> str:
+    seconds = int(created)
+    millis = int((created - seconds) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+class StatusLineHandler(logging.StreamHandler[TextIO]):
+    """A stream handler that can keep one live status line below the records it writes.
+
+    `set_status(text)` draws `text` in place of the previous status (a terminal only: the
+    line is redrawn with a carriage return); records are written above it.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._status = ""
+
+    def set_status(self, text: str) -> None:
+        self.acquire()
+        try:
+            self._status = text
+            self.stream.write(_CLEAR_LINE + text)
+            self.stream.flush()
+        finally:
+            self.release()
+
+    def clear_status(self) -> None:
+        self.acquire()
+        try:
+            if self._status:
+                self._status = ""
+                self.stream.write(_CLEAR_LINE)
+                self.stream.flush()
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self._status:
+            super().emit(record)
+            return
+        # The handler lock is held around emit (Handler.handle): the status cannot change here.
+        self.stream.write(_CLEAR_LINE)
+        super().emit(record)
+        self.stream.write(self._status)
+        self.stream.flush()
+
+
+def configure_logging(
+    level: str | int = "INFO",
+    fmt: LogFormat | str = LogFormat.TEXT,
+    *,
+    node: str | None = None,
+    stream: TextIO | None = None,
+) -> StatusLineHandler:
+    """Log to `stream` (stderr) in `fmt`, at `level`; replaces the root logger's handlers.
+
+    Returns the handler, whose status line `sparkiq.node.restoreprogress` may use. aiokafka logs
+    at WARNING and above only (its INFO lines are one per rebalance step).
+    """
+    handler = StatusLineHandler(stream if stream is not None else sys.stderr)
+    handler.addFilter(RequestIdFilter(node))
+    handler.setFormatter(JsonFormatter() if LogFormat(fmt) is LogFormat.JSON else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    return handler

@@ -1,0 +1,283 @@
+"""`sparkiq demo`: the whole product on one machine, from invoices to HTTP answers.
+
+It starts the dev broker, a generator writing point-of-sale invoices to `pos`, the Spark
+pipeline of `sparkiq/dev/pos/pipeline.py` (`sparkiq run`, local mode) and serving nodes; shows
+progress while the pipeline starts and catches up with the first invoices; then prints the
+node URLs and example queries that work (curl and `sparkiq get`), and keeps generating
+invoices until Ctrl-C or `--duration`. Everything binds to 127.0.0.1 and is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from urllib.parse import quote
+
+import click
+import httpx
+
+import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.core.errors import SparkiqError
+from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.localcluster import LocalCluster
+from sparkiq.dev.localpipeline import PipelineProcess
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
+from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.offsets import true_end_offsets
+
+SOURCE = pos_pipeline.DEFAULT_TOPICS["source"]
+SOURCE_PARTITIONS = 3
+TABLES = ("rewards", "latest-invoice", "store-sales")
+
+
+def _step(text: str) -> None:
+    click.echo(click.style("==> ", fg="cyan") + text)
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class InvoiceFeed:
+    """A thread writing invoices to the source topic: a backlog first, then a steady rate."""
+
+    def __init__(self, bootstrap: str, *, rate_per_s: float, backlog: int, seed: int = 1) -> None:
+        self.bootstrap = bootstrap
+        self.rate_per_s = rate_per_s
+        self.backlog = backlog
+        self.generator = InvoiceGenerator(seed)
+        self.written = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="invoice-feed", daemon=True)
+
+    def start(self) -> InvoiceFeed:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _count(self, n: int) -> None:
+        self.written += 1
+
+    def _run(self) -> None:
+        try:
+            step_ms = 50
+            start_ms = int(time.time() * 1000) - self.backlog * step_ms
+            backlog = self.generator.invoices(self.backlog, start_ms=start_ms, step_ms=step_ms)
+            produce_invoices(self.bootstrap, SOURCE, backlog, on_record=self._count)
+            live: Iterator[Invoice] = (
+                self.generator.invoice(int(time.time() * 1000)) for _ in itertools.count()
+            )
+            produce_invoices(
+                self.bootstrap,
+                SOURCE,
+                live,
+                rate_per_s=self.rate_per_s,
+                on_record=self._count,
+                stop=self._stop.is_set,
+            )
+        except BaseException as exc:  # reported by the demo's main loop
+            self.error = exc
+
+
+def run_demo(
+    *,
+    nodes: int = 3,
+    duration_s: float | None = None,
+    base_dir: Path | None = None,
+    rate_per_s: float = 50.0,
+    backlog: int = 2_000,
+) -> None:
+    own_dir = base_dir is None
+    work = Path(tempfile.mkdtemp(prefix="sparkiq-demo-")) if base_dir is None else base_dir
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with _stop_on_sigterm(), DevBroker(log_path=work / "broker.log") as broker:
+        bootstrap = broker.bootstrap_servers
+        _step(f"dev broker on {bootstrap} (pid {broker.pid}); logs and state in {work}")
+        create_topic(bootstrap, SOURCE, SOURCE_PARTITIONS)
+        feed = InvoiceFeed(bootstrap, rate_per_s=rate_per_s, backlog=backlog)
+        pipeline = PipelineProcess(
+            pipeline_file=Path(pos_pipeline.__file__),
+            bootstrap_servers=bootstrap,
+            checkpoint_dir=work / "checkpoints",
+            log_path=work / "pipeline.log",
+            extra_args=["--trigger", "1 second"],
+        )
+        cluster = LocalCluster(bootstrap, work / "nodes", nodes=nodes)
+        try:
+            _step(
+                f"generator: {backlog} invoices now, then {rate_per_s:g} per second to '{SOURCE}'"
+            )
+            feed.start()
+            _step(f"Spark pipeline: sparkiq run {pipeline.pipeline_file}")
+            pipeline.start()
+            click.echo(f"    pid {pipeline.pid}, log {pipeline.log_path}")
+            _wait_for_queries(pipeline)
+            _step(f"starting {nodes} serving nodes")
+            cluster.start()
+            _wait_until_serving(bootstrap, feed, pipeline, cluster, backlog)
+            _step(f"ready in {time.monotonic() - started:.0f}s")
+            _print_examples(cluster, bootstrap, feed)
+            _run_until_stopped(feed, pipeline, duration_s)
+        except KeyboardInterrupt:
+            click.echo()
+        finally:
+            _step("stopping the generator, the pipeline, the nodes and the dev broker")
+            feed.stop()
+            pipeline.stop()
+            cluster.stop()
+    if own_dir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_alive(pipeline: PipelineProcess, feed: InvoiceFeed | None = None) -> None:
+    """Fail the demo, naming the culprit, when the generator or the pipeline has stopped."""
+    if feed is not None and feed.error is not None:
+        raise SparkiqError(f"the invoice generator failed: {feed.error}")
+    if not pipeline.is_running():
+        raise SparkiqError(
+            f"the pipeline exited with code {pipeline.exit_code()}; see {pipeline.log_path}"
+        )
+
+
+def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 600.0) -> None:
+    """Progress while Spark starts the queries, one by one, each with a first micro-batch.
+
+    The nodes start after that: on 2 cores, Spark's start-up is the heavy part.
+    """
+    deadline = time.monotonic() + timeout_s
+    began = time.monotonic()
+    while not pipeline.running():
+        _check_alive(pipeline)
+        if time.monotonic() > deadline:
+            raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
+        status = pipeline.status() or {}
+        started = [
+            q["name"] + ("" if q.get("batch") is not None else " (first batch)")
+            for q in status.get("queries", [])
+        ]
+        shown = ", ".join(started) if started else "starting Spark"
+        click.echo(f"\r    {time.monotonic() - began:4.0f}s  queries: {shown}\x1b[K", nl=False)
+        time.sleep(1.0)
+    click.echo()
+
+
+def _processed(pipeline: PipelineProcess) -> int:
+    """Invoices the slowest query of the pipeline has processed."""
+    counts = [sum((offsets or {}).get(SOURCE, {}).values()) for offsets in pipeline.processed()]
+    return min(counts) if counts else 0
+
+
+def _tables_ready(url: str) -> bool:
+    try:
+        names = {t["name"] for t in httpx.get(f"{url}/v1/tables", timeout=2).json()["tables"]}
+        ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return ready and set(TABLES) <= names
+
+
+def _wait_until_serving(
+    bootstrap: str,
+    feed: InvoiceFeed,
+    pipeline: PipelineProcess,
+    cluster: LocalCluster,
+    backlog: int,
+    timeout_s: float = 900.0,
+) -> None:
+    """Progress lines until the pipeline has processed the backlog and the nodes serve it."""
+    deadline = time.monotonic() + timeout_s
+    tps = [(SOURCE, p) for p in range(SOURCE_PARTITIONS)]
+    while True:
+        _check_alive(pipeline, feed)
+        status = pipeline.status()
+        queries = len(status["queries"]) if status else 0
+        processed = _processed(pipeline)
+        in_topic = sum(true_end_offsets(bootstrap, tps).values())
+        ready = sum(1 for node in cluster.nodes if node.is_ready())
+        click.echo(
+            f"\r    generated {feed.written:>6}  pipeline: {queries} queries, processed "
+            f"{processed:>6}/{in_topic:<6} nodes ready {ready}/{len(cluster.nodes)}   ",
+            nl=False,
+        )
+        if processed >= backlog and ready == len(cluster.nodes) and _tables_ready(cluster.urls[0]):
+            click.echo()
+            return
+        if time.monotonic() > deadline:
+            click.echo()
+            raise SparkiqError(
+                f"the demo did not come up within {timeout_s:.0f}s; see {pipeline.log_path}"
+            )
+        time.sleep(1.0)
+
+
+def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) -> None:
+    urls = cluster.urls
+    gen = feed.generator
+    prime = next(c.card_no for c in gen.customers if c.kind == "PRIME")
+    customer = gen.customers[0].card_no
+    store = gen.stores[0]
+    click.echo("\nnodes (any node answers any key):")
+    for url in urls:
+        click.echo(f"    {url}")
+    examples = [
+        f"{urls[0]}/v1/tables/rewards/keys/{prime}",
+        f"{urls[-1]}/v1/tables/latest-invoice/keys/{customer}",
+        f"{urls[1 % len(urls)]}/v1/tables/store-sales/keys/{quote(store)}/windows",
+        f"{urls[0]}/v1/tables/rewards/keys/{prime}/owner",
+        f"{urls[0]}/v1/tables/rewards/range?limit=5",
+        f"{urls[0]}/v1/tables",
+        f"{urls[0]}/v1/metadata",
+    ]
+    click.echo("\ntry:")
+    for ex in examples:
+        click.echo(f"    curl -s '{ex}'")
+    click.echo(
+        f"    curl -s -X POST {urls[1 % len(urls)]}/v1/tables/rewards/multi-get "
+        f'-d \'{{"keys": ["{prime}", "{customer}"]}}\''
+    )
+    click.echo(f"    .venv/bin/sparkiq get rewards {prime} --url {urls[-1]}")
+    click.echo(f"    .venv/bin/sparkiq cluster --url {urls[0]}")
+    click.echo(f"    topics: pos, shipments, loyalty, hadoop-sink, pos-dead-letter on {bootstrap}")
+    click.echo("\nfor example:")
+    for ex in examples[:3]:
+        body = httpx.get(ex, timeout=10).text
+        if len(body) > 300:
+            body = body[:300] + "..."
+        click.echo(f"    GET {ex}\n      -> {body}")
+    click.echo("\nnew invoices keep arriving, so answers change; Ctrl-C stops everything.")
+    sys.stdout.flush()
+
+
+def _run_until_stopped(
+    feed: InvoiceFeed, pipeline: PipelineProcess, duration_s: float | None
+) -> None:
+    deadline = None if duration_s is None else time.monotonic() + duration_s
+    last_report = time.monotonic()
+    while deadline is None or time.monotonic() < deadline:
+        _check_alive(pipeline, feed)
+        if time.monotonic() - last_report >= 30:
+            last_report = time.monotonic()
+            click.echo(f"    {feed.written} invoices generated, {_processed(pipeline)} processed")
+        time.sleep(0.5)

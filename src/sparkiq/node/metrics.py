@@ -1,0 +1,227 @@
+"""The node's state as Prometheus metrics: partitions by state, lag, restore progress, group.
+
+`NodeMetrics` is a collector read at scrape time: it asks the node for its replicas'
+statuses and its cluster map when `/metrics` is fetched, and costs nothing in between.
+It is registered in the registry of the node's `HttpMetrics` (see `sparkiq.cli.serving`), so one
+`/metrics` answer carries both.
+
+Each local replica is in exactly one state: `restoring` (active role, catching up),
+`active`, `standby`, or `warming` (a standby the assignment is about to make active, see
+`sparkiq.node.assignment`). The series:
+
+| metric | type | labels |
+|---|---|---|
+| `sparkiq_partitions` | gauge | table, state |
+| `sparkiq_partition_lag` | gauge | table, partition, state |
+| `sparkiq_partition_position` | gauge | table, partition, state |
+| `sparkiq_partition_end_offset` | gauge | table, partition, state |
+| `sparkiq_restore_remaining_offsets` | gauge | table, partition (restoring only) |
+| `sparkiq_restore_progress_ratio` | gauge | table, partition (restoring only) |
+| `sparkiq_restore_records_total` | counter | |
+| `sparkiq_restore_skipped_records_total` | counter | |
+| `sparkiq_restore_refetches_total` | counter | |
+| `sparkiq_group_generation` | gauge | |
+| `sparkiq_cluster_nodes` | gauge | |
+| `sparkiq_ready` | gauge | |
+| `sparkiq_tables` | gauge | |
+| `sparkiq_misplaced_records` | gauge | table |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Protocol
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import ClusterMap, TopicPartition
+from sparkiq.node.restore import PartitionStatus, ReplicaState
+from sparkiq.node.restoreprogress import RestoreProgress, fraction_done
+
+
+class PartitionState(StrEnum):
+    """The `state` label of a local replica."""
+
+    RESTORING = "restoring"
+    ACTIVE = "active"
+    STANDBY = "standby"
+    WARMING = "warming"
+    FAILED = "failed"
+
+
+class RestorerCounts(Protocol):
+    """What the collector reads from the restorer (`sparkiq.node.restore.Restorer`)."""
+
+    @property
+    def records_applied(self) -> int: ...
+
+    @property
+    def skipped_records(self) -> int: ...
+
+    @property
+    def refetches(self) -> int: ...
+
+    @property
+    def storage_faults(self) -> int: ...
+
+    @property
+    def rebuilds(self) -> int: ...
+
+    def statuses(self) -> Mapping[TopicPartition, PartitionStatus]: ...
+
+
+class ObservedNode(Protocol):
+    """What the collector reads from the node (`sparkiq.node.node.Node`)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def cluster_map(self) -> ClusterMap: ...
+
+    @property
+    def restorer(self) -> RestorerCounts: ...
+
+    def tables(self) -> Sequence[TableDef]: ...
+
+    def is_ready(self) -> bool: ...
+
+    def misplaced_records(self, table: str) -> int: ...
+
+
+def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> PartitionState:
+    """The `state` label of a local replica: its restorer state, or warming."""
+    if status.state is ReplicaState.RESTORING:
+        return PartitionState.RESTORING
+    if status.state is ReplicaState.ACTIVE:
+        return PartitionState.ACTIVE
+    if status.state is ReplicaState.FAILED:
+        return PartitionState.FAILED
+    return PartitionState.WARMING if status.tp in warming else PartitionState.STANDBY
+
+
+class NodeMetrics(Collector):
+    """Reads the node at scrape time; `progress` (if given) says where restores began."""
+
+    def __init__(self, node: ObservedNode, progress: RestoreProgress | None = None) -> None:
+        self.node = node
+        self.progress = progress
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.node
+        cluster_map = node.cluster_map
+        restorer = node.restorer
+        statuses = sorted(restorer.statuses().items())
+        tables = node.tables()
+        warming = cluster_map.warming_of(node.url)
+
+        partitions = GaugeMetricFamily(
+            "sparkiq_partitions",
+            "Local replicas by table and state (restoring, active, standby, warming, failed).",
+            labels=("table", "state"),
+        )
+        lag = GaugeMetricFamily(
+            "sparkiq_partition_lag",
+            "Offsets a local replica is behind its changelog's end.",
+            labels=("table", "partition", "state"),
+        )
+        position = GaugeMetricFamily(
+            "sparkiq_partition_position",
+            "Next changelog offset a local replica will apply.",
+            labels=("table", "partition", "state"),
+        )
+        end = GaugeMetricFamily(
+            "sparkiq_partition_end_offset",
+            "The changelog's end offset as a local replica last saw it.",
+            labels=("table", "partition", "state"),
+        )
+        remaining = GaugeMetricFamily(
+            "sparkiq_restore_remaining_offsets",
+            "Offsets a restoring replica still has to apply before it serves.",
+            labels=("table", "partition"),
+        )
+        ratio = GaugeMetricFamily(
+            "sparkiq_restore_progress_ratio",
+            "Fraction of a restoring replica's restore done (0..1), since it began.",
+            labels=("table", "partition"),
+        )
+        # Every table in every state, zeros included: a state that empties reads 0, not absent.
+        counts = {(t.name, s): 0 for t in tables for s in PartitionState}
+        for tp, st in statuses:
+            state = state_of(st, warming)
+            counts[(st.table, state)] = counts.get((st.table, state), 0) + 1
+            labels = (st.table, str(tp[1]), state.value)
+            lag.add_metric(labels, st.lag)
+            position.add_metric(labels, st.position)
+            end.add_metric(labels, st.end)
+            if state is PartitionState.RESTORING:
+                remaining.add_metric(labels[:2], st.lag)
+                start = self.progress.start_of(tp) if self.progress is not None else None
+                began = st.position if start is None else start
+                ratio.add_metric(labels[:2], fraction_done(began, st.position, st.end))
+        for (table, state), n in sorted(counts.items()):
+            partitions.add_metric((table, state.value), n)
+        yield partitions
+        yield lag
+        yield position
+        yield end
+        yield remaining
+        yield ratio
+        yield CounterMetricFamily(
+            "sparkiq_restore_records",
+            "Changelog records written to local stores since the node started (tombstones too).",
+            value=restorer.records_applied,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_restore_skipped_records",
+            "Changelog records skipped for want of a usable key, since the node started.",
+            value=restorer.skipped_records,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_restore_refetches",
+            "Partitions fetched again from their store's checkpoint (consumer and store were "
+            "out of step, e.g. after a failed write).",
+            value=restorer.refetches,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_storage_faults",
+            "Local replicas whose store's files failed them (RocksDB corruption or I/O "
+            "error, a full disk), since the node started.",
+            value=restorer.storage_faults,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_store_rebuilds",
+            "Stores moved aside and rebuilt from the changelog after a storage fault, since "
+            "the node started.",
+            value=restorer.rebuilds,
+        )
+        yield GaugeMetricFamily(
+            "sparkiq_group_generation",
+            "Consumer group generation of the cluster map this node holds (-1: none yet).",
+            value=cluster_map.generation,
+        )
+        yield GaugeMetricFamily(
+            "sparkiq_cluster_nodes",
+            "Nodes named in the cluster map this node holds.",
+            value=len(cluster_map.urls()),
+        )
+        yield GaugeMetricFamily(
+            "sparkiq_ready",
+            "1 when the node has joined and all its active partitions serve (as /readyz).",
+            value=1 if node.is_ready() else 0,
+        )
+        yield GaugeMetricFamily(
+            "sparkiq_tables", "Tables the node knows from the catalog.", value=len(tables)
+        )
+        misplaced = GaugeMetricFamily(
+            "sparkiq_misplaced_records",
+            "Records the cluster found in another partition than the table's partitioner "
+            "gives their keys (lookups that miss then ask every partition).",
+            labels=("table",),
+        )
+        for tdef in tables:
+            misplaced.add_metric((tdef.name,), node.misplaced_records(tdef.name))
+        yield misplaced

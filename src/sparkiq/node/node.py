@@ -1,0 +1,617 @@
+"""A serving node: catalog, stores, restorer, group membership and HTTP API in one process.
+
+The node follows the catalog to learn tables, joins the consumer group `<app>.serving` with
+the changelog topics of every table, restores the partitions the assignment gives it
+(actives, standbys, warm-ups) into local RocksDB stores, and serves the HTTP API. It is the
+`NodeView` the HTTP layer reads: the facts of placement and local replica state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Container, Mapping, Sequence, Set
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkiq.core.queries import ReplicaRole
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
+from sparkiq.kafka.catalog import CatalogWatcher
+from sparkiq.node.membership import GroupMember
+from sparkiq.node.restore import PartitionStatus, ReplicaState, Restorer
+from sparkiq.node.settings import NodeSettings
+from sparkiq.node.store import StoreRegistry
+
+if TYPE_CHECKING:
+    from sparkiq.node.store import PartitionStore
+
+log = logging.getLogger("sparkiq.node.node")
+
+# How often a node with warming partitions checks whether one has caught up.
+_WARMUP_CHECK_S = 1.0
+# A rebalance asked for and not begun (no new generation) after twice the session timeout,
+# and at least this long, is asked for again.
+_REASK_MIN_S = 10.0
+# A module constant for the key path: on Python 3.11 `ReplicaState.ACTIVE` goes through
+# EnumType.__getattr__, several times the cost of reading a global.
+_ACTIVE = ReplicaState.ACTIVE
+
+
+class Node:
+    """One serving node; `await run()` until `stop()`."""
+
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        self._url = settings.url
+        self._tables: dict[str, TableDef] = {}
+        self._by_topic: dict[str, TableDef] = {}
+        self._map = ClusterMap()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._joined = False
+        self._catalog_loaded = False
+        self._left = False
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
+        self._rebalance_asked_at = 0.0  # monotonic time it was last asked
+        # How long an asked-for rebalance may take to begin before it is asked for again.
+        self._reask_s = max(_REASK_MIN_S, 2 * settings.session_timeout_ms / 1000)
+        self._started_at = time.time()
+        self.node_id = load_node_id(settings.state_dir)
+        self._refused_url: str | None = None  # set while the group refused this node's URL
+        # (position, end) of each local replica when first seen, and the replicas whose lag has
+        # since been measured against a real end (see `_lag_known`).
+        self._first_seen: dict[TopicPartition, tuple[int, int]] = {}
+        self._lag_measured: set[TopicPartition] = set()
+        self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
+        # Rebuilds of each local replica when last seen: a rebuilt store starts afresh.
+        self._rebuilds: dict[TopicPartition, int] = {}
+        self._faults_seen = 0  # the restorer's storage faults, when last acted on
+        # Replicas whose misplaced count was shared once they had caught up.
+        self._misplaced_final: set[TopicPartition] = set()
+        self.registry = StoreRegistry(settings.state_dir)
+        self.restorer = Restorer(
+            settings.bootstrap_servers,
+            self.registry,
+            self._table_for_topic,
+            on_change=self._notify_threadsafe,
+            security=settings.kafka_config,
+        )
+        self.catalog = CatalogWatcher(
+            settings.bootstrap_servers,
+            app=settings.app,
+            on_change=self._on_catalog_threadsafe,
+            security=settings.kafka_config,
+        )
+        self.member = GroupMember(
+            bootstrap=settings.bootstrap_servers,
+            group_id=settings.group_id,
+            member_info=self._member_info,
+            on_assignment=self._on_assignment,
+            standby_replicas=settings.standby_replicas,
+            acceptable_lag=settings.acceptable_lag,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            # The catalog keeps the node in the group; its partition is nobody's to serve.
+            unassigned_topics=(settings.catalog_topic,),
+            security=settings.kafka_config,
+        )
+
+    # ---- NodeView -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def table(self, name: str) -> TableDef | None:
+        return self._tables.get(name)
+
+    def tables(self) -> Sequence[TableDef]:
+        return sorted(self._tables.values(), key=lambda t: t.name)
+
+    def placement(self, tp: TopicPartition) -> Placement:
+        owners = self._map.owner_of(tp)
+        status = self.restorer.status(tp)
+        role: ReplicaRole | None = None
+        ready = False
+        offset: int | None = None
+        lag: int | None = None
+        known = True
+        if status is not None:
+            offset, lag = status.position, status.lag
+            if status.state is ReplicaState.ACTIVE:
+                role, ready = ReplicaRole.ACTIVE, True
+            elif status.state is ReplicaState.FAILED:
+                # Its store failed it: never read, never a stand-in, until rebuilt.
+                offset, lag, known = None, None, False
+            else:
+                known = self._lag_known(tp, status.position, status.end)
+                if status.state is ReplicaState.RESTORING:
+                    role = ReplicaRole.ACTIVE
+                    # Only a replica that followed the changelog as a standby before it was
+                    # promoted may stand in while it restores; one restoring from scratch
+                    # would answer "absent" for every key it has not reached yet.
+                    known = known and tp in self._followed
+                else:
+                    role, ready = ReplicaRole.STANDBY, True
+        if owners is None:
+            return Placement(
+                tp=tp,
+                active=None,
+                local_role=role,
+                local_ready=ready,
+                local_offset=offset,
+                local_lag=lag,
+                local_lag_known=known,
+            )
+        return Placement(
+            tp=tp,
+            active=owners.active,
+            standbys=owners.standbys + owners.warming,
+            local_role=role,
+            local_ready=ready,
+            local_offset=offset,
+            local_lag=lag,
+            local_lag_known=known,
+        )
+
+    def _lag_known(self, tp: TopicPartition, position: int, end: int) -> bool:
+        """Whether a standby's or restoring replica's lag is measured against a real end.
+
+        A replica starts with its end equal to its position (lag 0) until the restorer has
+        fetched or measured the changelog; until its position or end has moved since it was
+        first seen, its lag says nothing, and it must not answer for the active -- unless it
+        is a store the restorer had measured on disk before it was assigned (see
+        `_on_assignment`). (Otherwise a replica that is caught up on a partition nobody
+        writes stays unknown: it just never stands in.)
+        """
+        if tp in self._lag_measured:
+            return True
+        first = self._first_seen.get(tp)
+        if first is None or first == (position, end) or end == 0:
+            return False
+        self._lag_measured.add(tp)
+        return True
+
+    def store(self, tp: TopicPartition) -> PartitionStore | None:
+        return self.restorer.store(tp)
+
+    def local_active(self, tp: TopicPartition) -> tuple[PartitionStore, int | None] | None:
+        # placement(tp).is_local_active, without building the Placement: ACTIVE is ready.
+        status = self.restorer.status(tp)
+        if status is None or status.state is not _ACTIVE:
+            return None
+        store = self.restorer.store(tp)
+        return None if store is None else (store, status.position)
+
+    def catalog_loaded(self) -> bool:
+        return self._catalog_loaded
+
+    def misplaced_records(self, table: str) -> int:
+        """Records of `table` found outside the partition its partitioner gives their keys:
+        per partition the most that any replica in the cluster (or this node's own) counted."""
+        tdef = self._tables.get(table)
+        if tdef is None:
+            return 0
+        # Asked on every miss of the key path: one status per partition, not a copy of all.
+        shared, status = self._map.misplaced, self.restorer.status
+        total = 0
+        for p in range(tdef.partitions):
+            tp = (tdef.topic, p)
+            st = status(tp)
+            total += max(shared.get(tp, 0), st.misplaced if st is not None else 0)
+        return total
+
+    def _misplaced_unshared(self) -> set[TopicPartition]:
+        """Local replicas whose misplaced records the cluster map should learn of."""
+        return misplaced_to_share(
+            self.restorer.statuses(), self._map.misplaced, self._misplaced_final, self._by_topic
+        )
+
+    @property
+    def cluster_map(self) -> ClusterMap:
+        """The assignment of the group generation this node last joined (for the metrics)."""
+        return self._map
+
+    def is_ready(self) -> bool:
+        if not self._joined or self._refused_url is not None:
+            return False
+        statuses = self.restorer.statuses()
+        return all(
+            statuses.get(tp) is not None and statuses[tp].state is ReplicaState.ACTIVE
+            for tp in self._map.actives_of(self._url)
+            if tp[0] in self._by_topic
+        )
+
+    def unready_reason(self) -> str | None:
+        if self._refused_url is not None:
+            return (
+                f"another node advertises the same URL {self._refused_url} and started first: "
+                "this node holds no partitions; give each node its own --advertised-url"
+            )
+        if self.is_ready():
+            return None
+        if not self._joined:
+            return "the node has not joined its group yet"
+        statuses = self.restorer.statuses()
+        actives = self._map.actives_of(self._url)
+        failed = sorted(
+            (tp, st)
+            for tp, st in statuses.items()
+            if st.state is ReplicaState.FAILED and tp in actives
+        )
+        if failed:
+            (topic, partition), st = failed[0]
+            what = "has no disk space left" if st.disk_full else "failed a storage check"
+            return (
+                f"the store of partition {partition} of {topic} {what} ({st.fault}); "
+                + (
+                    "it resumes once there is space"
+                    if st.disk_full
+                    else "it is rebuilt from the changelog"
+                )
+                + (f", as are {len(failed) - 1} more" if len(failed) > 1 else "")
+            )
+        rebuilding = [
+            tp for tp, st in statuses.items() if st.rebuilds and st.state is ReplicaState.RESTORING
+        ]
+        if rebuilding:
+            return (
+                f"the node is rebuilding {len(rebuilding)} partition(s) from the changelog "
+                "after a storage fault"
+            )
+        return "the node is still restoring its active partitions"
+
+    async def changed(self, timeout_s: float) -> None:
+        event = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=max(timeout_s, 0.0))
+
+    def metadata(self) -> dict[str, object]:
+        partitions: list[dict[str, object]] = []
+        per_node: dict[str, dict[str, list[list[object]]]] = {}
+        for (topic, p), owners in sorted(self._map.owners.items()):
+            table = self._by_topic.get(topic)
+            if table is None:
+                continue
+            partitions.append(
+                {
+                    "table": table.name,
+                    "topic": topic,
+                    "partition": p,
+                    "active": owners.active,
+                    "standbys": list(owners.standbys),
+                    "warming": list(owners.warming),
+                    "lags": {
+                        url: lag
+                        for url in (owners.active, *owners.standbys, *owners.warming)
+                        if url and (lag := self._map.nodes.get(url, {}).get((topic, p))) is not None
+                    },
+                    "misplaced": self._map.misplaced.get((topic, p), 0),
+                }
+            )
+            entry: list[object] = [table.name, p]
+            if owners.active:
+                per_node.setdefault(owners.active, {}).setdefault("active", []).append(entry)
+            for url in owners.standbys:
+                per_node.setdefault(url, {}).setdefault("standby", []).append(entry)
+            for url in owners.warming:
+                per_node.setdefault(url, {}).setdefault("warming", []).append(entry)
+        nodes = []
+        for url in sorted(self._map.urls() | set(per_node)):
+            roles = per_node.get(url, {})
+            reported = self._map.nodes.get(url, {})
+            nodes.append(
+                {
+                    "url": url,
+                    "active": roles.get("active", []),
+                    "standby": roles.get("standby", []),
+                    "warming": roles.get("warming", []),
+                    "lags": {
+                        f"{self._by_topic[t].name}/{p}": lag
+                        for (t, p), lag in sorted(reported.items())
+                        if t in self._by_topic
+                    },
+                }
+            )
+        return {
+            "node": self._url,
+            "generation": self._map.generation,
+            "ready": self.is_ready(),
+            "restored_records": self.restorer.records_applied,
+            "node_id": self.node_id,
+            "refused": [
+                {"node_id": node_id, "url": url}
+                for node_id, url in sorted(self._map.refused.items())
+            ],
+            "tables": [self.table_summary(t) for t in self.tables()],
+            "partitions": partitions,
+            "nodes": nodes,
+            "local": self._local_replicas(),
+        }
+
+    def table_summary(self, table: TableDef) -> dict[str, object]:
+        """`table`'s public description with the misplaced records the cluster found."""
+        return {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
+
+    def _local_replicas(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for tp, st in sorted(self.restorer.statuses().items()):
+            table = self._by_topic.get(tp[0])
+            out.append(
+                {
+                    "table": table.name if table else st.table,
+                    "partition": tp[1],
+                    "state": st.state.value,
+                    "position": st.position,
+                    "end": st.end,
+                    "lag": st.lag,
+                    "misplaced": st.misplaced,
+                    "fault": st.fault,
+                    "rebuilds": st.rebuilds,
+                }
+            )
+        return out
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the catalog, start restoring and join the group; returns once joined."""
+        self._loop = asyncio.get_running_loop()
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.catalog.start)
+        self._set_tables(self.catalog.tables())
+        self._catalog_loaded = True
+        self.restorer.start()
+        await self.member.start(self._topics())
+        self._joined = True
+        log.info("node %s joined group %s", self._url, self.settings.group_id)
+
+    async def run_background(self) -> None:
+        """Periodic work: ask for a rebalance once a warming partition has caught up."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
+            if self._stopping.is_set():
+                return
+            warmed_up = self._warmup_done()
+            unshared = self._misplaced_unshared()
+            faults = self.restorer.storage_faults
+            faulted = faults != self._faults_seen
+            if not (warmed_up or unshared or faulted):
+                continue
+            now, generation = time.monotonic(), self._map.generation
+            asked_for = self._rebalance_asked_for
+            if rebalance_due(asked_for, self._rebalance_asked_at, generation, now, self._reask_s):
+                self._rebalance_asked_for, self._rebalance_asked_at = generation, now
+                if faulted:
+                    # A replica rebuilt from scratch: the others may serve it meanwhile.
+                    self._faults_seen = faults
+                    why = "a local store failed (see above)"
+                elif warmed_up:
+                    why = "warm-up caught up"
+                else:
+                    why = "misplaced records found"
+                if asked_for == generation:
+                    log.warning(
+                        "node %s: no new generation %.0f s after asking for a rebalance at"
+                        " generation %d (%s); asking again",
+                        self._url,
+                        self._reask_s,
+                        generation,
+                        why,
+                    )
+                else:
+                    log.info("node %s: %s; asking for a rebalance", self._url, why)
+                self.member.request_rebalance()
+                statuses = self.restorer.statuses()
+                self._misplaced_final.update(
+                    tp for tp in unshared if (st := statuses.get(tp)) and st.lag == 0
+                )
+
+    async def leave(self) -> None:
+        """Leave the group at once: the others take over without waiting for a timeout.
+
+        The stores stay open, so requests still in flight here are answered.
+        """
+        self._stopping.set()
+        if not self._left:
+            self._left = True
+            await self.member.stop()
+
+    async def stop(self) -> None:
+        """Leave the group (if not done yet), then stop restoring and close the stores."""
+        try:
+            await self.leave()
+        finally:
+            await asyncio.to_thread(self.restorer.stop)
+            await asyncio.to_thread(self.catalog.stop)
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _topics(self) -> list[str]:
+        # The catalog topic keeps the node in the group even before any table exists.
+        return sorted({self.settings.catalog_topic, *self._by_topic})
+
+    def _table_for_topic(self, topic: str) -> TableDef | None:
+        return self._by_topic.get(topic)
+
+    def _set_tables(self, tables: Mapping[str, TableDef]) -> None:
+        self._tables = dict(tables)
+        self._by_topic = {t.topic: t for t in tables.values()}
+
+    def _member_info(self) -> MemberInfo:
+        known = set(self._by_topic)
+        return MemberInfo(
+            url=self._url,
+            actives=frozenset(tp for tp in self._map.actives_of(self._url) if tp[0] in known),
+            standbys=frozenset(
+                tp
+                for tp in self._map.standbys_of(self._url) | self._map.warming_of(self._url)
+                if tp[0] in known
+            ),
+            lags={tp: lag for tp, lag in self.restorer.lags().items() if tp[0] in known},
+            misplaced={
+                tp: st.misplaced
+                for tp, st in self.restorer.statuses().items()
+                if st.misplaced and tp[0] in known
+            },
+            instance=self.node_id,
+            started_ms=int(self._started_at * 1000),
+        )
+
+    def _on_assignment(self, cluster_map: ClusterMap) -> None:
+        self._map = cluster_map
+        known = set(self._by_topic)
+        refused = cluster_map.refused.get(self.node_id)
+        if refused is not None and self._refused_url is None:
+            log.error(
+                "node %s: another node of group %s advertises the same URL and started "
+                "first, so this node holds no partitions and is not ready; give each node "
+                "the URL others reach it at (--advertised-url, or --listen on its own "
+                "address)",
+                self._url,
+                self.settings.group_id,
+            )
+        elif refused is None and self._refused_url is not None:
+            log.info("node %s: its URL is its own again", self._url)
+        self._refused_url = refused
+        actives: set[TopicPartition] = set()
+        standbys: set[TopicPartition] = set()
+        if refused is None:
+            actives = {tp for tp in cluster_map.actives_of(self._url) if tp[0] in known}
+            standbys = {
+                tp
+                for tp in cluster_map.standbys_of(self._url) | cluster_map.warming_of(self._url)
+                if tp[0] in known
+            }
+        log.info(
+            "node %s generation %d: %d active, %d standby partitions",
+            self._url,
+            cluster_map.generation,
+            len(actives),
+            len(standbys),
+        )
+        # Stores left on disk by an earlier assignment come back with the lag the restorer
+        # measured for them against a real end: they may stand in at once.
+        measured = self.restorer.lags()
+        self.restorer.assign(actives, standbys)
+        self._lag_measured.update(
+            tp for tp in actives | standbys if tp not in self._first_seen and tp in measured
+        )
+        self._notify()
+
+    def _warmup_done(self) -> bool:
+        warming = self._map.warming_of(self._url)
+        if not warming:
+            return False
+        statuses = self.restorer.statuses()
+        return any(
+            (st := statuses.get(tp)) is not None and st.lag <= self.settings.acceptable_lag
+            for tp in warming
+        )
+
+    def _notify(self) -> None:
+        self._track_replicas()
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _track_replicas(self) -> None:
+        """Note where each newly assigned local replica started and which ones followed the
+        changelog as standbys; forget unassigned ones."""
+        statuses = self.restorer.statuses()
+        for tp in [tp for tp in self._first_seen if tp not in statuses]:
+            del self._first_seen[tp]
+            self._lag_measured.discard(tp)
+            self._followed.discard(tp)
+        for tp in [tp for tp in self._rebuilds if tp not in statuses]:
+            del self._rebuilds[tp]
+        for tp, st in statuses.items():
+            if self._rebuilds.get(tp, st.rebuilds) != st.rebuilds:
+                # Rebuilt empty: what was measured or followed before says nothing now.
+                self._first_seen.pop(tp, None)
+                self._lag_measured.discard(tp)
+                self._followed.discard(tp)
+            self._rebuilds[tp] = st.rebuilds
+            if tp not in self._first_seen:
+                self._first_seen[tp] = (st.position, st.end)
+            if st.state is ReplicaState.STANDBY:
+                self._followed.add(tp)
+
+    def _notify_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._notify)
+
+    def _on_catalog_threadsafe(self, tables: dict[str, TableDef]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._on_catalog, tables)
+
+    def _on_catalog(self, tables: dict[str, TableDef]) -> None:
+        before = set(self._by_topic)
+        self._set_tables(tables)
+        if set(self._by_topic) != before and self._joined:
+            log.info("node %s: catalog now has %d tables; rejoining", self._url, len(tables))
+            task = asyncio.ensure_future(self.member.set_topics(self._topics()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._notify()
+
+
+def load_node_id(state_dir: Path) -> str:
+    """This node's id, kept in its state dir: a restarted process is the same node (its old
+    group member may linger until its session times out), another state dir another node."""
+    path = state_dir / "node-id"
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if not text:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        text = uuid.uuid4().hex
+        path.write_text(text + "\n")
+    return text
+
+
+def misplaced_to_share(
+    statuses: Mapping[TopicPartition, PartitionStatus],
+    shared: Mapping[TopicPartition, int],
+    shared_caught_up: Set[TopicPartition],
+    topics: Container[str],
+) -> set[TopicPartition]:
+    """The local replicas (of tables in `topics`) whose misplaced records the cluster map
+    should learn of: a rebalance carries the counts to every node, with the lags.
+
+    One is shared when the map (`shared`) knows of none in its partition (every node must
+    then look further on a miss), when its count has doubled since, and once when it has
+    caught up with the changelog (the count its restore ends with) unless that was done
+    (`shared_caught_up`). A producer that keeps misplacing records so costs a few
+    rebalances over a node's life, not one per record.
+    """
+    found: set[TopicPartition] = set()
+    for tp, st in statuses.items():
+        known = shared.get(tp, 0)
+        if st.misplaced <= known or tp[0] not in topics:
+            continue
+        if known == 0 or st.misplaced >= 2 * known or (st.lag == 0 and tp not in shared_caught_up):
+            found.add(tp)
+    return found
+
+
+def rebalance_due(
+    asked_for: int, asked_at: float, generation: int, now: float, reask_s: float
+) -> bool:
+    """Whether a node whose warm-up has caught up asks for a rebalance now.
+
+    Once per generation of the map; again at the same generation when `reask_s` has passed
+    since it asked and no new generation came. A request that did not lead to a rebalance
+    (the rejoin lost, or answered with the same generation) would otherwise leave the
+    warm-up's partition where it is for good.
+    """
+    return asked_for != generation or now - asked_at >= reask_s

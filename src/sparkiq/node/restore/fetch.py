@@ -1,0 +1,85 @@
+"""The restorer's consumer: its settings, and where it stands in each partition it fetches."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.core.topology import TopicPartition
+from sparkiq.kafka.consumers import TUNED_READ_CONF
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+
+# The restorer reads with the project's tuned settings (a standby sees new records within
+# ~100 ms of their arrival).
+CONSUMER_CONF: Mapping[str, str | int | float | bool] = TUNED_READ_CONF
+
+BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write
+
+
+def new_consumer(
+    bootstrap: str, overrides: Mapping[str, str], security: KafkaSecurity = PLAINTEXT
+) -> Consumer:
+    """A consumer for `assign()` mode: it never joins its group."""
+    conf: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"sparkiq-restore-{uuid.uuid4()}",  # required by librdkafka, never joined
+    }
+    conf.update(security.librdkafka_conf())
+    conf.update(CONSUMER_CONF)
+    conf.update(overrides)
+    return Consumer(conf)
+
+
+class Fetching:
+    """The partitions the consumer fetches, each with its cursor.
+
+    A cursor is the offset the consumer has delivered a partition up to (exclusive): the
+    offset it was started at, moved past every record and end-of-partition event it returned
+    since. Every record the consumer returns is either written to the partition's store or
+    not; only while the cursor equals the store's position does the consumer continue
+    exactly where the store stops. A partition whose cursor and position differ (records
+    returned while it was unassigned, or a write that failed) must be stopped and started
+    again from its store's checkpoint, or its checkpoint would skip records never written.
+
+    Used by the restorer thread only.
+    """
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.cursors: dict[TopicPartition, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.cursors)
+
+    def start(self, checkpoints: Mapping[TopicPartition, int | None]) -> None:
+        """Fetch each partition from its checkpoint (None: from the beginning)."""
+        if not checkpoints:
+            return
+        self.consumer.incremental_assign(
+            [
+                CTopicPartition(t, p, OFFSET_BEGINNING if at is None else at)
+                for (t, p), at in checkpoints.items()
+            ]
+        )
+        self.cursors.update((tp, at or 0) for tp, at in checkpoints.items())
+
+    def stop(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching *tps*; records the consumer had already fetched are dropped."""
+        gone = [tp for tp in tps if self.cursors.pop(tp, None) is not None]
+        if gone:
+            self.consumer.incremental_unassign([CTopicPartition(t, p) for t, p in gone])
+
+    def delivered(self, tp: TopicPartition, last: int | None, eof: int | None) -> int | None:
+        """Move *tp*'s cursor past a returned batch: its last record's offset, and the offset
+        of an end-of-partition event. Returns the cursor before (None: *tp* not fetched)."""
+        before = self.cursors.get(tp)
+        if before is None:
+            return None
+        after = before if last is None else last + 1
+        if eof is not None and eof > after:
+            after = eof
+        self.cursors[tp] = after
+        return before

@@ -1,0 +1,167 @@
+"""The restorer's bookkeeping of one assigned partition, and the snapshot it publishes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sparkiq.core.errors import DiskFull, StorageFault
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
+from sparkiq.node.restore.batches import StoreKeyFn, store_key_fn
+from sparkiq.node.store import PartitionStore
+
+
+class ReplicaState(StrEnum):
+    """What a node's copy of a partition is doing."""
+
+    RESTORING = "restoring"  # active role, catching up to the end seen at assignment
+    ACTIVE = "active"  # active role, caught up: serves reads
+    STANDBY = "standby"  # follows the changelog; may answer reads within a lag bound
+    FAILED = "failed"  # its store's files failed it: never read; rebuilt (or, for a full
+    # disk, reopened) by the restorer
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """A snapshot of one assigned partition."""
+
+    tp: TopicPartition
+    table: str
+    state: ReplicaState
+    position: int  # next offset to apply
+    end: int  # true end offset last seen
+    lag: int  # end - position, >= 0
+    misplaced: int = 0  # records stored here that the table's partitioner puts elsewhere
+    fault: str | None = None  # why it is FAILED
+    disk_full: bool = False  # FAILED for want of disk space: resumes once there is some
+    rebuilds: int = 0  # times this node rebuilt the partition's store from the changelog
+
+
+class Replica:
+    """One assigned partition: its store, role, position and restore target.
+
+    Guarded by the restorer lock. Only the restorer thread writes to the store and moves
+    `position`; `assign()` (any thread) may change the role.
+    """
+
+    __slots__ = (
+        "end",
+        "fault",
+        "is_active",
+        "key_fn",
+        "measuring",
+        "misplaced_logged",
+        "position",
+        "rebuilds",
+        "role_epoch",
+        "skipped",
+        "state",
+        "store",
+        "table",
+        "target",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, table: TableDef, store: PartitionStore) -> None:
+        self.tp = tp
+        self.table = table
+        self.store = store
+        self.key_fn: StoreKeyFn | None = store_key_fn(table)
+        self.misplaced_logged = False
+        self.position = store.next_offset or 0
+        self.end = self.position
+        self.target: int | None = None  # true end measured when the active role arrived
+        self.role_epoch = 0  # bumped on every role change; stale end measurements are dropped
+        self.measuring: int | None = None  # role_epoch of the end measurement under way
+        self.is_active = False
+        self.state = ReplicaState.STANDBY
+        self.skipped = 0
+        self.fault: StorageFault | None = None  # set while FAILED
+        self.rebuilds = 0
+
+    @property
+    def wal(self) -> bool:
+        """Whether writes go through RocksDB's write-ahead log.
+
+        Not while RESTORING: reads see those writes all the same (they are in the memtable);
+        only durability waits, and a crash loses data and checkpoint together, so the restore
+        resumes from the last flushed checkpoint. The store flushes before the next write
+        that uses the WAL, and `check_caught_up` flushes before declaring the partition
+        ACTIVE.
+        """
+        return self.state is not ReplicaState.RESTORING
+
+    def set_role(self, active: bool) -> None:
+        if active == self.is_active:
+            return
+        self.is_active = active
+        if self.state is not ReplicaState.FAILED:
+            self.state = self._fresh_state()
+        self.target = None
+        self.role_epoch += 1
+
+    def _fresh_state(self) -> ReplicaState:
+        return ReplicaState.RESTORING if self.is_active else ReplicaState.STANDBY
+
+    def fail(self, fault: StorageFault) -> bool:
+        """Mark the replica FAILED by `fault`; False if it was already."""
+        if self.state is ReplicaState.FAILED:
+            return False
+        self.state = ReplicaState.FAILED
+        self.fault = fault
+        return True
+
+    def replace_store(self, store: PartitionStore, *, rebuilt: bool) -> None:
+        """Go on with `store` (rebuilt empty, or the same files reopened) from its checkpoint:
+        RESTORING or STANDBY again, its restore target measured anew. The end seen so far
+        stays, so the lag says how much is left to apply."""
+        self.store = store
+        self.fault = None
+        self.position = store.next_offset or 0
+        self.target = None
+        self.role_epoch += 1
+        self.state = self._fresh_state()
+        if rebuilt:
+            self.rebuilds += 1
+
+    def advance(self, position: int) -> None:
+        """The store now holds the changelog up to *position* (exclusive)."""
+        self.position = position
+        if position > self.end:
+            self.end = position
+
+    def reached_target(self) -> bool:
+        """RESTORING with its position at the restore target (ACTIVE once its store is flushed)."""
+        return (
+            self.state is ReplicaState.RESTORING
+            and self.target is not None
+            and self.position >= self.target
+        )
+
+    def check_caught_up(self) -> bool:
+        """Moves RESTORING -> ACTIVE once the target is reached; True if it did.
+
+        The store is flushed first, so an ACTIVE partition's data is on disk. The bulk of
+        that runs in RocksDB's background: this starts it and returns False until it has
+        finished, so the restorer thread goes on with other partitions meanwhile.
+        """
+        if not self.reached_target() or self.store.start_flush():
+            return False
+        self.store.flush()  # what was written since the background flush, and the checkpoint
+        self.state = ReplicaState.ACTIVE
+        return True
+
+    def status(self) -> PartitionStatus:
+        return PartitionStatus(
+            tp=self.tp,
+            table=self.table.name,
+            state=self.state,
+            position=self.position,
+            end=self.end,
+            lag=max(self.end - self.position, 0),
+            misplaced=self.store.misplaced_records,
+            fault=None if self.fault is None else str(self.fault),
+            disk_full=isinstance(self.fault, DiskFull),
+            rebuilds=self.rebuilds,
+        )

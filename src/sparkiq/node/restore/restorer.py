@@ -1,0 +1,581 @@
+"""The `Restorer`: follows the assigned changelog partitions into their stores.
+
+One `Restorer` per node runs one thread with one confluent-kafka consumer in `assign()` mode
+(no group: the sparkiq group member decides who holds what; this only fetches). `assign()`
+may be called from any thread at any time; the restorer thread reconciles the consumer with
+the wanted set on its next turn:
+
+- an added partition gets its store opened (resuming from the store's checkpoint) and is
+  fetched from there;
+- a removed partition is unassigned and its store closed, left on disk for a later return;
+- a partition that changes role (active <-> standby) keeps its store and position;
+- a replica whose store's files fail it (RocksDB corruption or an I/O error, on a read, a
+  write or at open; `sparkiq.core.errors.StorageFault`) turns FAILED at once, so no read uses it;
+  on its next turn the restorer moves the store directory aside and rebuilds the partition
+  from the changelog. A full disk (`DiskFull`) keeps the files: the store is reopened every
+  `HEAL_RETRY_S` and resumes from its checkpoint once there is space again.
+
+Records the consumer returns for a partition that is unassigned at that moment are not
+written; if the partition comes back before the consumer lets go of it, it is fetched again
+from its checkpoint (`Fetching`), so a checkpoint never moves past a record not written.
+
+An active partition is RESTORING until its position reaches the true end offset measured
+when it was assigned (`sparkiq.kafka.offsets.true_end_offsets`, which also works on the dev
+broker whose reported end is short), then ACTIVE. Standbys are STANDBY and follow forever.
+Each consumed batch becomes one `PartitionStore.write` per partition: data and checkpoint
+in one write, without the write-ahead log while RESTORING (flushed before ACTIVE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence, Set
+from concurrent.futures import Future
+
+from confluent_kafka import Consumer, Message
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.core.errors import (
+    DiskFull,
+    SparkiqError,
+    StateDirLockedError,
+    StateDirMismatchError,
+    StorageFault,
+    StoreError,
+)
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
+from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.node.restore.batches import split_batch
+from sparkiq.node.restore.ends import EndProbe
+from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
+from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
+from sparkiq.node.store import PartitionStore, StoreRegistry
+
+log = logging.getLogger(__name__)
+
+_POLL_TIMEOUT_S = 0.1
+_FLUSH_POLL_S = 0.01  # while a store flushes before its partition turns ACTIVE
+_WATERMARK_EVERY_S = 1.0
+_DISK_LAGS_EVERY_S = 5.0
+_RETRY_AFTER_FAILURE_S = 1.0
+HEAL_RETRY_S = 2.0  # between attempts to reopen a store whose disk was full
+_FAILED = ReplicaState.FAILED
+
+
+def _log_misplaced(replica: Replica, example: bytes | None) -> None:
+    table = replica.table
+    log.warning(
+        "table %r: changelog %s[%d] holds records whose keys the table's partitioner "
+        "(%s) puts in other partitions, e.g. key %r; they are kept and found by asking every "
+        "partition when a key is missing from its own (slower). Register the table with the "
+        "producer's partitioner (sparkiq table create --partitioner auto) to avoid that",
+        table.name,
+        replica.tp[0],
+        replica.tp[1],
+        table.partitioner.value,
+        example,
+    )
+
+
+class Restorer:
+    """Follows the assigned changelog partitions into their stores; reports state and lag."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        registry: StoreRegistry,
+        table_for_topic: Callable[[str], TableDef | None],
+        on_change: Callable[[], None] | None = None,
+        kafka_config: Mapping[str, str] | None = None,
+        security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.security = security
+        self.registry = registry
+        self._table_for_topic = table_for_topic
+        self._on_change = on_change
+        self._kafka_config = dict(kafka_config or {})
+        # Reentrant: a store write under the lock may report its own fault (`_on_fault`).
+        self._lock = threading.RLock()
+        self._replicas: dict[TopicPartition, Replica] = {}
+        self._closing: dict[TopicPartition, Replica] = {}
+        self._dirty = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Published snapshots, replaced whole so readers need no lock.
+        self._statuses: dict[TopicPartition, PartitionStatus] = {}
+        self._stores: dict[TopicPartition, PartitionStore] = {}
+        self._disk_lags: dict[TopicPartition, int] = {}
+        self._measured: list[tuple[Replica, int, int]] = []  # (replica, role_epoch, end)
+        self.records_applied = 0  # records written to stores since start (tombstones too)
+        self.skipped_records = 0  # records without a usable key, since start
+        self.refetches = 0  # partitions fetched again from their checkpoint, since start
+        self.storage_faults = 0  # replicas whose store's files failed them, since start
+        self.rebuilds = 0  # stores rebuilt from the changelog after a fault, since start
+        self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
+        registry.on_fault = self._on_fault
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        # Measured once here so a node joining its group at once can report its stores.
+        self._refresh_disk_lags(None)
+        self._thread = threading.Thread(target=self._run, name="sparkiq-restorer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop fetching and close every store this restorer opened (left on disk)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()
+        self._dirty.set()
+        thread.join()
+
+    # -- assignment (any thread) ----------------------------------------------------------
+
+    def assign(self, actives: Set[TopicPartition], standbys: Set[TopicPartition]) -> None:
+        """Follow exactly *actives* and *standbys* from now on (a TP in both is active).
+
+        Stores of added partitions are opened here, so a state dir written for another
+        table definition raises `StateDirMismatchError` to the caller.
+        """
+        wanted: dict[TopicPartition, bool] = {tp: False for tp in standbys}
+        wanted.update((tp, True) for tp in actives)
+        opened: list[tuple[TopicPartition, TableDef]] = []
+        with self._lock:
+            try:
+                for tp, active in wanted.items():
+                    replica: Replica | None = self._replicas.get(tp) or self._closing.pop(tp, None)
+                    if replica is None:
+                        table = self._table_for_topic(tp[0])
+                        if table is None:
+                            log.warning(
+                                "no table is registered for changelog topic %r; partition "
+                                "%d is not restored until the catalog lists it",
+                                tp[0],
+                                tp[1],
+                            )
+                            continue
+                        store, rebuilt = self._open_or_rebuild(table, tp[1])
+                        opened.append((tp, table))
+                        replica = Replica(tp, table, store)
+                        replica.rebuilds = int(rebuilt)
+                        replica.set_role(active)
+                    elif replica.is_active != active:
+                        replica.set_role(active)
+                    self._replicas[tp] = replica
+            except SparkiqError:
+                for tp, table in opened:
+                    self._replicas.pop(tp, None)
+                    self.registry.close(table.name, tp[1])
+                raise
+            for tp in list(self._replicas):
+                if tp not in wanted:
+                    self._closing[tp] = self._replicas.pop(tp)
+            self._publish()
+        self._dirty.set()
+
+    def _open_or_rebuild(self, table: TableDef, partition: int) -> tuple[PartitionStore, bool]:
+        """The store of (table, partition); one that cannot be opened (corrupt, from another
+        table or layout) is moved aside and started empty. True if it was."""
+        try:
+            return self.registry.open(table, partition), False
+        except (StateDirLockedError, DiskFull):
+            raise
+        except (StorageFault, StateDirMismatchError) as exc:
+            self.storage_faults += 1
+            log.error("table %r partition %d: %s", table.name, partition, exc)
+            return self._rebuild(table, partition), True
+
+    def _rebuild(self, table: TableDef, partition: int) -> PartitionStore:
+        """Move the (closed) store of (table, partition) aside and open it anew, empty: the
+        partition is restored from the changelog's start."""
+        aside = self.registry.quarantine(table.name, partition)
+        store = self.registry.open(table, partition)
+        self.rebuilds += 1
+        log.warning(
+            "table %r partition %d: its store is rebuilt from the changelog (the failed files "
+            "are kept at %s)",
+            table.name,
+            partition,
+            aside,
+        )
+        return store
+
+    def _on_fault(self, store: PartitionStore, fault: StorageFault) -> None:
+        """A store's files failed it (any thread): its replica turns FAILED at once."""
+        tp = (store.table.topic, store.partition)
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if replica is None or replica.store is not store or not replica.fail(fault):
+                return
+            self.storage_faults += 1
+            self._publish()
+        if isinstance(fault, DiskFull):
+            log.error(
+                "table %r partition %d: %s; the replica stops applying records and serves "
+                "no reads until there is space again (retried every %.0f s)",
+                store.table.name,
+                store.partition,
+                fault,
+                HEAL_RETRY_S,
+            )
+        else:
+            log.error(
+                "table %r partition %d: %s; its reads go to other replicas while it is "
+                "rebuilt from the changelog",
+                store.table.name,
+                store.partition,
+                fault,
+            )
+        self._dirty.set()
+        self._notify()
+
+    def _heal(self) -> None:
+        """Rebuild FAILED replicas, or reopen those of a full disk when due (caller holds the
+        lock; restorer thread)."""
+        now = time.monotonic()
+        for replica in [r for r in self._replicas.values() if r.state is _FAILED]:
+            table, partition = replica.table, replica.tp[1]
+            full = isinstance(replica.fault, DiskFull)
+            if full and now < self._heal_at:
+                continue
+            self.registry.close(table.name, partition)
+            try:
+                if full:
+                    store = self.registry.open(table, partition)
+                    store.apply((), store.next_offset or 0)  # a write proves there is space
+                    log.info("table %r partition %d: space again; resuming", table.name, partition)
+                    replica.replace_store(store, rebuilt=False)
+                    continue
+                replica.replace_store(self._rebuild(table, partition), rebuilt=True)
+            except DiskFull as exc:
+                self.registry.close(table.name, partition)
+                replica.fault = exc
+                self._heal_at = now + HEAL_RETRY_S
+            except StorageFault as exc:
+                self.registry.close(table.name, partition)
+                replica.fault = exc  # rebuilt on the next turn
+
+    def _healing_due(self) -> bool:
+        """Whether a FAILED replica waits for its next attempt (the run loop wakes for it).
+        Read from the published snapshot: `assign` may change the replicas meanwhile."""
+        return any(st.state is _FAILED for st in self._statuses.values())
+
+    # -- views (any thread) ---------------------------------------------------------------
+
+    def status(self, tp: TopicPartition) -> PartitionStatus | None:
+        return self._statuses.get(tp)
+
+    def statuses(self) -> dict[TopicPartition, PartitionStatus]:
+        return dict(self._statuses)
+
+    def store(self, tp: TopicPartition) -> PartitionStore | None:
+        return self._stores.get(tp)
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """Lag of every assigned partition and of every store left on disk."""
+        out = dict(self._disk_lags)
+        out.update((tp, st.lag) for tp, st in self._statuses.items())
+        return out
+
+    # -- restorer thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        consumer = new_consumer(self.bootstrap, self._kafka_config, self.security)
+        fetching = Fetching(consumer)
+        ends = EndProbe(self.bootstrap, self.security)
+        next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
+        next_heal = 0.0
+        disk_job: Future[None] | None = None
+        poll_s = _POLL_TIMEOUT_S
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if self._dirty.is_set():
+                        self._dirty.clear()
+                        self._reconcile(fetching, ends)
+                    if not fetching:
+                        self._dirty.wait(poll_s)
+                    else:
+                        messages = consumer.consume(BATCH_SIZE, poll_s)
+                        if messages:
+                            self._apply(fetching, messages)
+                    poll_s = _FLUSH_POLL_S if self._finish_restores() else _POLL_TIMEOUT_S
+                    now = time.monotonic()
+                    if now >= next_marks and fetching:
+                        next_marks = now + _WATERMARK_EVERY_S
+                        self._update_ends_from_watermarks(consumer)
+                    if now >= next_heal and self._healing_due():
+                        next_heal = now + HEAL_RETRY_S
+                        self._dirty.set()  # `_heal` decides what is due
+                    if now >= next_disk and (disk_job is None or disk_job.done()):
+                        next_disk = now + _DISK_LAGS_EVERY_S
+                        disk_job = ends.submit(self._refresh_disk_lags)
+                except Exception:
+                    log.exception("restorer turn failed; retrying")
+                    self._dirty.set()  # fetch any partition left out of step again
+                    self._stopping.wait(_RETRY_AFTER_FAILURE_S)
+        finally:
+            with contextlib.suppress(Exception):
+                consumer.close()
+            ends.close()
+            with self._lock:
+                replicas = [*self._replicas.values(), *self._closing.values()]
+                self._replicas.clear()
+                self._closing.clear()
+                for replica in replicas:
+                    self.registry.close(replica.table.name, replica.tp[1])
+                self._publish()
+
+    def _reconcile(self, fetching: Fetching, ends: EndProbe) -> None:
+        """Bring the consumer in line with the wanted partitions; measure restore targets."""
+        with self._lock:
+            self._heal()
+            wanted = {tp: r for tp, r in self._replicas.items() if r.state is not _FAILED}
+            closing, self._closing = self._closing, {}
+        # Positions move on this thread only, so they are read here without the lock.
+        out_of_step = [
+            tp for tp, at in fetching.cursors.items() if tp in wanted and at != wanted[tp].position
+        ]
+        self.refetches += len(out_of_step)
+        fetching.stop([tp for tp in fetching.cursors if tp not in wanted] + out_of_step)
+        added = [tp for tp in wanted if tp not in fetching.cursors]
+        with self._lock:
+            # Under the lock: an assign() racing with this must not reopen a store that is
+            # being closed (the registry would hand it the same, soon closed, instance).
+            left: dict[TopicPartition, int] = {}
+            for tp, leaving in closing.items():
+                if tp not in self._replicas:
+                    self.registry.close(leaving.table.name, tp[1])
+                    if leaving.store.next_offset is not None:
+                        left[tp] = max(leaving.end - leaving.position, 0)
+            if left:
+                # Reported at once, not only at the next on-disk scan, so a rejoin that
+                # follows this unassignment already offers the store.
+                self._disk_lags = {**self._disk_lags, **left}
+            self._take_measured_ends()
+            to_measure = [
+                (r, r.role_epoch)
+                for r in self._replicas.values()
+                if r.state is ReplicaState.RESTORING
+                and r.target is None
+                and r.measuring != r.role_epoch
+            ]
+            for r, epoch in to_measure:
+                r.measuring = epoch
+            checkpoints = {
+                tp: self._replicas[tp].store.next_offset
+                for tp in added
+                if tp in self._replicas and self._replicas[tp].state is not _FAILED
+            }
+            self._publish()
+        fetching.start(checkpoints)
+        if to_measure:
+            tps = [r.tp for r, _ in to_measure]
+            job = ends.submit(lambda probe: true_end_offsets(self.bootstrap, tps, consumer=probe))
+            job.add_done_callback(lambda done: self._measured_ends(done, to_measure))
+        self._notify()
+
+    def _take_measured_ends(self) -> None:
+        """Set the restore targets measured since the last turn (caller holds the lock)."""
+        for replica, epoch, end in self._measured:
+            if (
+                self._replicas.get(replica.tp) is replica
+                and replica.role_epoch == epoch
+                and replica.state is ReplicaState.RESTORING
+            ):
+                if end < replica.position:
+                    log.warning(
+                        "the store of %s[%d] is at offset %d, past the changelog end %d: "
+                        "was the topic deleted and created again? Delete %s to restore it "
+                        "from scratch",
+                        replica.tp[0],
+                        replica.tp[1],
+                        replica.position,
+                        end,
+                        replica.store.path,
+                    )
+                replica.target = end
+                replica.end = max(replica.end, end)
+        self._measured.clear()
+
+    def _measured_ends(
+        self, job: Future[dict[TopicPartition, int]], asked: list[tuple[Replica, int]]
+    ) -> None:
+        """Hand measured end offsets to the restorer thread (runs on the probe's thread)."""
+        try:
+            found = job.result()
+        except Exception as exc:
+            log.warning("cannot read changelog end offsets (%s); retrying", exc)
+            time.sleep(_RETRY_AFTER_FAILURE_S)
+            with self._lock:
+                for replica, epoch in asked:
+                    if replica.measuring == epoch:
+                        replica.measuring = None
+        else:
+            with self._lock:
+                self._measured.extend(
+                    (replica, epoch, found[replica.tp])
+                    for replica, epoch in asked
+                    if replica.tp in found
+                )
+        self._dirty.set()
+
+    def _apply(self, fetching: Fetching, messages: Sequence[Message]) -> None:
+        """Apply one consumed batch: one store write per partition.
+
+        A partition's records are written only if the consumer returned them right after
+        the store's position and for the replica still assigned; otherwise none are, and
+        the next turn fetches the partition again from its checkpoint.
+        """
+        with self._lock:
+            replicas = dict(self._replicas)
+        runs, eofs = split_batch(messages, replicas, self._skip_record)
+        out_of_step = False
+        failure: StoreError | None = None
+        with self._lock:
+            for tp in runs.keys() | eofs.keys():
+                run = runs.get(tp)
+                last = run.last if run is not None else None
+                eof = eofs.get(tp)
+                before = fetching.delivered(tp, last, eof)
+                replica = self._replicas.get(tp)
+                if before is None or replica is None:
+                    continue  # not fetched or not assigned any more: nothing to write
+                if replica.state is _FAILED:
+                    out_of_step = True  # fetched again from its checkpoint once healed
+                    continue
+                if eof is not None:
+                    replica.end = max(replica.end, eof)
+                if before != replica.position or (
+                    run is not None and last is not None and run.replica is not replica
+                ):
+                    out_of_step = True
+                    continue
+                try:
+                    if run is not None and last is not None:
+                        count = len(run.batch)
+                        replica.store.write(
+                            run.batch, last + 1, wal=replica.wal, misplaced=run.misplaced
+                        )
+                        self.records_applied += count
+                        replica.advance(last + 1)
+                        if run.misplaced and not replica.misplaced_logged:
+                            replica.misplaced_logged = True
+                            _log_misplaced(replica, run.example)
+                    if eof is not None and eof > replica.position:
+                        # Offsets past the last record (compaction, transaction markers): the
+                        # checkpoint moves with them, so the gap is not fetched again.
+                        replica.store.apply((), eof, wal=replica.wal)
+                        replica.advance(eof)
+                except StorageFault:
+                    out_of_step = True  # the replica is FAILED (`_on_fault`); healed later
+                except StoreError as exc:
+                    out_of_step = True  # the cursor moved on, the position did not
+                    failure = failure or exc
+            self._publish()
+        if out_of_step:
+            self._dirty.set()
+        if failure is not None:
+            raise failure
+
+    def _finish_restores(self) -> bool:
+        """Turn RESTORING replicas at their target ACTIVE once their stores are flushed.
+
+        True while a store is still flushing, so the caller comes back soon.
+        """
+        changed = flushing = False
+        with self._lock:
+            try:
+                for replica in self._replicas.values():
+                    if replica.reached_target():
+                        try:
+                            done = replica.check_caught_up()
+                        except StorageFault:
+                            continue  # the replica is FAILED (`_on_fault`); healed later
+                        changed |= done
+                        flushing |= not done
+            finally:
+                if changed:
+                    self._publish()
+        if changed:
+            self._notify()
+        return flushing
+
+    def _skip_record(self, tp: TopicPartition, offset: int, why: str) -> None:
+        """Count a record that cannot be stored; log the first one of each partition."""
+        self.skipped_records += 1
+        replica = self._replicas.get(tp)
+        if replica is None:
+            return
+        replica.skipped += 1
+        if replica.skipped == 1:
+            log.warning(
+                "changelog %s[%d]: the record at offset %d %s and is skipped, as are later "
+                "ones like it (a table changelog needs a key in the table's key format on "
+                "every record); check the pipeline that writes this topic",
+                tp[0],
+                tp[1],
+                offset,
+                why,
+            )
+
+    def _update_ends_from_watermarks(self, consumer: Consumer) -> None:
+        """Raise each partition's known end from the high watermark of recent fetches."""
+        with self._lock:
+            tps = list(self._replicas)
+        marks: dict[TopicPartition, int] = {}
+        for t, p in tps:
+            with contextlib.suppress(Exception):
+                _, high = consumer.get_watermark_offsets(CTopicPartition(t, p), cached=True)
+                if high >= 0:
+                    marks[(t, p)] = high
+        with self._lock:
+            for tp, high in marks.items():
+                replica = self._replicas.get(tp)
+                if replica is not None and high > replica.end:
+                    replica.end = high
+            self._publish()
+
+    def _refresh_disk_lags(self, probe: Consumer | None) -> None:
+        """Lags of stores on disk that are not assigned, for the node's join metadata."""
+        with self._lock:
+            assigned = set(self._replicas)
+        stored: dict[TopicPartition, int] = {}
+        for (_, partition), (table, offset) in self.registry.on_disk_tables().items():
+            tp = (table.topic, partition)
+            current = self._table_for_topic(table.topic)
+            if tp in assigned or current is None or current.partitions != table.partitions:
+                continue
+            stored[tp] = offset
+        if not stored:
+            self._disk_lags = {}
+            return
+        try:
+            ends = true_end_offsets(self.bootstrap, list(stored), consumer=probe)
+        except Exception as exc:
+            log.warning("cannot read end offsets for stores on disk: %s", exc)
+            return
+        self._disk_lags = {tp: max(ends.get(tp, off) - off, 0) for tp, off in stored.items()}
+
+    def _publish(self) -> None:
+        """Replace the snapshots readers see (caller holds the lock)."""
+        self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
+        self._stores = {tp: r.store for tp, r in self._replicas.items()}
+
+    def _notify(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:
+                log.exception("restorer on_change callback failed")

@@ -1,0 +1,282 @@
+"""End to end: the point-of-sale pipeline on Spark local mode, three serving nodes, an oracle.
+
+Seeded invoices (with malformed records mixed in) go to the source topic; `sparkiq run` runs
+`sparkiq/dev/pos/pipeline.py` as a child process; three `sparkiq serve` processes serve its
+tables. Every key of every table, asked of every node, must equal `PosOracle`; the four
+topics the pipeline writes must hold exactly the oracle's records. The second test kills
+the pipeline (SIGKILL of its process group) in the middle of the stream and restarts it
+from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+import pytest
+
+import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.dev.localcluster import LocalCluster
+from sparkiq.dev.localpipeline import PipelineProcess
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
+from sparkiq.dev.pos.oracle import PosOracle, check_notifications
+from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.runner import SCRATCH_DIR
+from tests.support.e2e import read_topic
+
+# Spark starts three queries one by one on two cores: allow more than the suite's default.
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(1200)]
+
+PIPELINE_FILE = Path(pos_pipeline.__file__)
+START_MS = 1_763_000_000_000  # fixed, so windows are the same in every run
+MALFORMED = b'{"InvoiceNumber": 17,'
+
+
+def wait_until(
+    check: Callable[[], bool], what: str, timeout_s: float, pipeline: PipelineProcess
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if pipeline.proc is not None and not pipeline.is_running():
+            pytest.fail(
+                f"the pipeline exited ({pipeline.exit_code()}) before {what}: "
+                f"{pipeline.log_path.read_text()[-3000:]}"
+            )
+        time.sleep(1.0)
+    pytest.fail(
+        f"timed out after {timeout_s:.0f}s waiting for {what}; pipeline log tail: "
+        f"{pipeline.log_path.read_text()[-3000:]}"
+    )
+
+
+class PosRun:
+    """One app id: its topics, pipeline process and serving cluster."""
+
+    def __init__(self, bootstrap: str, base: Path, app: str) -> None:
+        self.bootstrap = bootstrap
+        self.app = app
+        self.topics = {name: f"{app}-{t}" for name, t in pos_pipeline.DEFAULT_TOPICS.items()}
+        create_topic(bootstrap, self.topics["source"], 3)
+        self.pipeline = PipelineProcess(
+            pipeline_file=PIPELINE_FILE,
+            bootstrap_servers=bootstrap,
+            checkpoint_dir=base / "checkpoints",
+            log_path=base / "pipeline.log",
+            app=app,
+            params={
+                **{f"{name}_topic": t for name, t in self.topics.items()},
+                "table_partitions": "4",
+            },
+            extra_args=["--trigger", "1 second"],
+        )
+        self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=3, app=app)
+
+    def produce(self, invoices: list[Invoice], *, malformed_every: int = 0) -> int:
+        written = produce_invoices(
+            self.bootstrap, self.topics["source"], iter(invoices), malformed_every=malformed_every
+        )
+        return len(written) // malformed_every if malformed_every else 0
+
+    def start(self) -> None:
+        """The pipeline first; the nodes once its queries run (a 2-core machine is small)."""
+        self.pipeline.start()
+        wait_until(self.pipeline.running, "the queries to start", 600, self.pipeline)
+        self.cluster.start()
+
+    def wait_caught_up(self, timeout_s: float = 600.0) -> None:
+        wait_until(
+            lambda: self.pipeline.caught_up([self.topics["source"]]),
+            "the pipeline to process every invoice",
+            timeout_s,
+            self.pipeline,
+        )
+
+    def stop(self) -> None:
+        self.pipeline.stop()
+        self.cluster.stop()
+
+
+@pytest.fixture
+def pos_run(bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[PosRun]:
+    run = PosRun(bootstrap, tmp_path, unique_name("pos"))
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+def seeded_invoices(seed: int, count: int) -> list[Invoice]:
+    gen = InvoiceGenerator(seed, stores=6, customers=150)
+    return list(gen.invoices(count, start_ms=START_MS, step_ms=40))
+
+
+# -- comparing what the nodes answer with the oracle ----------------------------------------
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
+    async with session.get(url) as resp:
+        return resp.status, orjson.loads(await resp.read())
+
+
+async def table_mismatches(urls: list[str], oracle: PosOracle, limit: int = 5) -> list[str]:
+    """Every key of every table, asked of every node, against the oracle."""
+    wrong: list[str] = []
+    sem = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession() as session:
+
+        async def check(url: str, path: str, want: Any, compare: Callable[[Any], Any]) -> None:
+            async with sem:
+                status, body = await _get_json(session, f"{url}{path}")
+            got = compare(body) if status == 200 else None
+            if status != 200 or got != want:
+                wrong.append(f"{url}{path}: {status} {got if status == 200 else body} != {want}")
+
+        jobs = []
+        for url in urls:
+            for customer, reward in oracle.rewards.items():
+                path = f"/v1/tables/rewards/keys/{quote(customer)}"
+                jobs.append(check(url, path, reward, lambda b: b["value"]))
+            for customer, invoice in oracle.latest_invoice.items():
+                path = f"/v1/tables/latest-invoice/keys/{quote(customer)}"
+                jobs.append(check(url, path, dict(invoice), lambda b: b["value"]))
+            stores = sorted({store for store, _ in oracle.store_sales})
+            for store in stores:
+                want = {
+                    start: value for (s, start), value in oracle.store_sales.items() if s == store
+                }
+                path = f"/v1/tables/store-sales/keys/{quote(store)}/windows"
+                jobs.append(
+                    check(url, path, want, lambda b: {w["start"]: w["value"] for w in b["items"]})
+                )
+        await asyncio.gather(*jobs)
+    return sorted(wrong)[:limit]
+
+
+def wait_tables_equal(run: PosRun, oracle: PosOracle, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    wrong: list[str] = []
+    while time.monotonic() < deadline:
+        wrong = asyncio.run(table_mismatches(run.cluster.urls, oracle))
+        if not wrong:
+            return
+        time.sleep(2.0)
+    pytest.fail(f"tables differ from the oracle after {timeout_s:.0f}s: {wrong}")
+
+
+def _json_records(records: list[tuple[bytes | None, bytes | None]]) -> Counter[bytes]:
+    """A topic's records as a multiset of canonical (key, parsed value) JSON."""
+    return Counter(
+        orjson.dumps(
+            [k.decode() if k else None, orjson.loads(v) if v else None], option=orjson.OPT_SORT_KEYS
+        )
+        for k, v in records
+    )
+
+
+def check_sink_topics(run: PosRun, oracle: PosOracle, malformed: int) -> None:
+    shipments = read_topic(run.bootstrap, run.topics["shipments"])
+    want_shipments = [(store.encode(), orjson.dumps(inv)) for store, inv in oracle.shipments]
+    assert _json_records(shipments) == _json_records(want_shipments)
+
+    hadoop = read_topic(run.bootstrap, run.topics["hadoop"])
+    want_hadoop = [(number.encode(), orjson.dumps(line)) for number, line in oracle.hadoop]
+    assert len(hadoop) == len(want_hadoop)
+    assert _json_records(hadoop) == _json_records(want_hadoop)
+    assert not any(b"CustomerCardNo" in (v or b"") for _, v in hadoop), "card numbers leaked"
+
+    loyalty = [
+        orjson.loads(v or b"null") for _, v in read_topic(run.bootstrap, run.topics["loyalty"])
+    ]
+    assert check_notifications(oracle, loyalty) == []
+
+    dead = [
+        orjson.loads(v or b"null") for _, v in read_topic(run.bootstrap, run.topics["dead_letter"])
+    ]
+    assert len(dead) == malformed
+    assert {d["value"].encode() for d in dead} == {MALFORMED}
+    assert {d["reason"] for d in dead} == {"not a JSON document"}
+    assert all(d["source_topic"] == run.topics["source"] for d in dead)
+
+
+def counted_dead_letters(run: PosRun) -> int:
+    status = run.pipeline.status() or {}
+    for query in status.get("queries", []):
+        if query["name"] == "pos-routes":
+            return int(query["observed_total"].get("pos", {}).get("dead_letters", -1))
+    return -1
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+def test_every_table_from_every_node_and_every_topic_equal_the_oracle(pos_run: PosRun) -> None:
+    invoices = seeded_invoices(seed=21, count=3_000)
+    malformed = pos_run.produce(invoices, malformed_every=100)
+    pos_run.start()
+    pos_run.wait_caught_up()
+    oracle = PosOracle.of(invoices)
+    assert malformed == 30
+    assert len(oracle.store_sales) > 6, "the data spans several windows per store"
+    pos_run.cluster.wait_ready()
+    wait_tables_equal(pos_run, oracle)
+    check_sink_topics(pos_run, oracle, malformed)
+    # The dead letters are counted too: an observed metric of the routing query, summed
+    # over its micro-batches by `sparkiq run` and shown in its progress lines.
+    assert counted_dead_letters(pos_run) == malformed
+
+
+def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
+    pos_run: PosRun,
+) -> None:
+    invoices = seeded_invoices(seed=22, count=4_000)
+    first, second = invoices[:2_000], invoices[2_000:]
+    malformed = pos_run.produce(first, malformed_every=250)
+    pos_run.start()
+    pos_run.wait_caught_up()
+    # More invoices arrive; kill the pipeline while it works on them.
+    malformed += pos_run.produce(second[:1_000], malformed_every=250)
+    wait_until(
+        lambda: any(
+            (q or {}).get(pos_run.topics["source"]) is not None
+            and sum((q or {})[pos_run.topics["source"]].values()) > 2_008
+            for q in pos_run.pipeline.processed()
+        ),
+        "a micro-batch of the second part",
+        300,
+        pos_run.pipeline,
+    )
+    pos_run.pipeline.stop(kill=True)
+    # The killed run could not remove its Spark scratch space; the next run does.
+    stale = pos_run.pipeline.checkpoint_dir / SCRATCH_DIR / "left-by-the-killed-run"
+    stale.touch()
+    malformed += pos_run.produce(second[1_000:], malformed_every=250)
+    pos_run.pipeline.start()
+    pos_run.wait_caught_up()
+    assert not stale.exists()
+    oracle = PosOracle.of(invoices)
+    pos_run.cluster.wait_ready()
+    wait_tables_equal(pos_run, oracle)
+    loyalty = [
+        orjson.loads(v or b"null")
+        for _, v in read_topic(pos_run.bootstrap, pos_run.topics["loyalty"])
+    ]
+    # A micro-batch cut short by the kill is written again on restart: identical duplicates
+    # are allowed, lost or double-counted points are not.
+    assert check_notifications(oracle, loyalty) == []
+    dead = read_topic(pos_run.bootstrap, pos_run.topics["dead_letter"])
+    positions = {
+        (d["source_partition"], d["source_offset"])
+        for d in (orjson.loads(v or b"{}") for _, v in dead)
+    }
+    assert len(positions) == malformed, "every malformed record lands in the dead-letter topic"
+    pos_run.pipeline.stop()
+    assert not (pos_run.pipeline.checkpoint_dir / SCRATCH_DIR).exists()

@@ -1,0 +1,1 @@
+"""Tests of one module (or package) each, laid out as `src/sparkiq` is."""

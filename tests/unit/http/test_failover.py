@@ -1,0 +1,163 @@
+"""Reads whose active cannot answer: standbys stand in, within a lag bound (http/failover.py).
+
+Real servers (`HttpServer`) on loopback; a dead active is a free port nobody listens on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import httpx
+import pytest
+
+from sparkiq.core.partitioner import partition_for
+from sparkiq.core.tables import TableDef
+from sparkiq.dev.broker import free_port
+from sparkiq.http import HttpServer, HttpSettings
+from sparkiq.http.responses import Outcome
+from sparkiq.http.testing import DictStore, StaticView, put_value
+
+USERS = TableDef("users", "users-changelog", 4)
+KEY = "user-7"
+TP = (USERS.topic, partition_for(KEY.encode(), USERS.partitions))
+SETTINGS = HttpSettings(
+    request_budget_s=1.0, reconnect_pause_s=0.02, active_timeout_s=0.2, standby_max_lag=100
+)
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as s:
+        yield s
+
+
+async def start(stack: AsyncExitStack, view: StaticView) -> HttpServer:
+    server = HttpServer(view, "127.0.0.1", int(view.url.rsplit(":", 1)[1]), SETTINGS)
+    await stack.enter_async_context(server)
+    return server
+
+
+def url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def standby_view(
+    me: str, active: str, standbys: list[str], *, lag: int = 5, known: bool = True
+) -> StaticView:
+    """A view in which `me` holds a standby of TP (value of KEY = {"v": 1}) at offset 40."""
+    view = StaticView(me, [USERS])
+    store = DictStore()
+    view.set_placement(TP, active, standbys, store=store, offset=40, lag=lag, lag_known=known)
+    put_value(view, USERS, KEY, {"v": 1})
+    return view
+
+
+async def get(base: str, path: str = f"/v1/tables/users/keys/{KEY}") -> httpx.Response:
+    async with httpx.AsyncClient(base_url=base, timeout=5.0) as client:
+        return await client.get(path)
+
+
+async def test_local_standby_answers_when_the_active_is_down(stack: AsyncExitStack) -> None:
+    me, dead = url(), url()
+    server = await start(stack, standby_view(me, dead, [me]))
+    r = await get(me)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["value"] == {"v": 1}
+    assert body["standby"] is True
+    assert body["offset"] == 40
+    assert body["node"] == me
+    assert server.api.metrics.count("key", Outcome.STANDBY) == 1
+
+
+async def test_remote_standby_answers_for_a_dead_active(stack: AsyncExitStack) -> None:
+    asker, standby, dead = url(), url(), url()
+    ask_view = StaticView(asker, [USERS])
+    ask_view.set_placement(TP, dead, [standby])
+    await start(stack, ask_view)
+    standby_server = await start(stack, standby_view(standby, dead, [standby]))
+    r = await get(asker)
+    assert r.status_code == 200, r.text
+    assert r.json()["node"] == standby
+    assert r.json()["standby"] is True
+    assert r.json()["offset"] == 40
+    # The standby answered from its replica and did not try the dead active itself.
+    assert standby_server.api.metrics.count("key", Outcome.STANDBY) == 1
+
+
+async def test_an_active_answering_503_is_stood_in_for(stack: AsyncExitStack) -> None:
+    asker, active, standby = url(), url(), url()
+    ask_view = StaticView(asker, [USERS])
+    ask_view.set_placement(TP, active, [standby])
+    active_view = StaticView(active, [USERS])
+    active_view.set_placement(TP, active, [standby], ready=False, lag=10_000)  # restoring
+    for view in (ask_view, active_view):
+        await start(stack, view)
+    await start(stack, standby_view(standby, active, [standby]))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    r = await get(asker)
+    assert r.status_code == 200, r.text
+    assert r.json()["node"] == standby
+    assert loop.time() - started < 0.9  # one active_timeout_s, not the whole budget
+
+
+async def test_standby_beyond_the_bound_does_not_answer(stack: AsyncExitStack) -> None:
+    me, dead = url(), url()
+    await start(stack, standby_view(me, dead, [me], lag=500))
+    r = await get(me)
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "1"
+    assert "unreachable" in r.json()["error"]["message"]
+    # max_lag on the request sets the bound: 500 behind is fine under max_lag=1000 ...
+    r = await get(me, f"/v1/tables/users/keys/{KEY}?max_lag=1000")
+    assert r.status_code == 200
+    assert r.json()["standby"] is True
+    # ... and a request may also ask for a tighter bound than the node's default.
+    r = await get(me, f"/v1/tables/users/keys/{KEY}?max_lag=499")
+    assert r.status_code == 503
+
+
+async def test_standby_with_unmeasured_lag_never_stands_in(stack: AsyncExitStack) -> None:
+    me, dead = url(), url()
+    await start(stack, standby_view(me, dead, [me], lag=0, known=False))
+    r = await get(me)
+    assert r.status_code == 503
+
+
+async def test_fallback_parameter_is_internal(stack: AsyncExitStack) -> None:
+    me = url()
+    await start(stack, standby_view(me, url(), [me]))
+    r = await get(me, f"/v1/tables/users/keys/{KEY}?fallback_lag=5")
+    assert r.status_code == 400
+    assert "internal" in r.json()["error"]["message"]
+
+
+async def test_multi_get_reads_a_local_standby_for_a_dead_active(stack: AsyncExitStack) -> None:
+    me, dead = url(), url()
+    await start(stack, standby_view(me, dead, [me]))
+    async with httpx.AsyncClient(base_url=me, timeout=5.0) as client:
+        r = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY]})
+    assert r.status_code == 200, r.text
+    assert r.json()["items"] == [{"key": KEY, "value": {"v": 1}}]
+    assert r.json()["offsets"] == {str(TP[1]): 40}
+    assert r.json()["standby"] is True
+
+
+async def test_multi_get_asks_a_remote_standby_for_a_dead_active(stack: AsyncExitStack) -> None:
+    asker, standby, dead = url(), url(), url()
+    ask_view = StaticView(asker, [USERS])
+    ask_view.set_placement(TP, dead, [standby])
+    await start(stack, ask_view)
+    standby_server = await start(stack, standby_view(standby, dead, [standby]))
+    async with httpx.AsyncClient(base_url=asker, timeout=5.0) as client:
+        # ghost-4 is absent, in the same partition as KEY.
+        r = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY, "ghost-4"]})
+    assert partition_for(b"ghost-4", USERS.partitions) == TP[1]
+    assert r.status_code == 200, r.text
+    assert [i["value"] for i in r.json()["items"]] == [{"v": 1}, None]
+    assert r.json()["offsets"] == {str(TP[1]): 40}
+    assert r.json()["standby"] is True
+    assert standby_server.api.metrics.count("multi_get", Outcome.STANDBY) == 1

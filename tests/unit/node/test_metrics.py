@@ -1,0 +1,177 @@
+"""Node metrics read at scrape time (node/metrics.py), from a fake node and restorer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
+from sparkiq.node.metrics import NodeMetrics, PartitionState
+from sparkiq.node.restore import PartitionStatus, ReplicaState
+from sparkiq.node.restoreprogress import RestoreProgress
+
+ME, OTHER = "http://127.0.0.1:8101", "http://127.0.0.1:8102"
+USERS = TableDef("users", "users-changelog", 4)
+ORDERS = TableDef("orders", "orders-changelog", 2)
+
+
+def status(
+    table: TableDef, p: int, state: ReplicaState, position: int, end: int
+) -> PartitionStatus:
+    return PartitionStatus(
+        (table.topic, p), table.name, state, position, end, max(end - position, 0)
+    )
+
+
+@dataclass
+class FakeRestorer:
+    """The restorer's read side, set by the test."""
+
+    by_tp: dict[TopicPartition, PartitionStatus] = field(default_factory=dict)
+    records_applied: int = 0
+    skipped_records: int = 0
+    refetches: int = 0
+    storage_faults: int = 0
+    rebuilds: int = 0
+
+    def statuses(self) -> Mapping[TopicPartition, PartitionStatus]:
+        return dict(self.by_tp)
+
+    def put(self, *statuses: PartitionStatus) -> None:
+        for st in statuses:
+            self.by_tp[st.tp] = st
+
+
+@dataclass
+class FakeNode:
+    url: str
+    restorer: FakeRestorer
+    cluster_map: ClusterMap = field(default_factory=ClusterMap)
+    known: Sequence[TableDef] = (USERS, ORDERS)
+    ready: bool = False
+    misplaced: dict[str, int] = field(default_factory=dict)
+
+    def tables(self) -> Sequence[TableDef]:
+        return self.known
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    def misplaced_records(self, table: str) -> int:
+        return self.misplaced.get(table, 0)
+
+
+def scrape(node: FakeNode, progress: RestoreProgress | None = None) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(NodeMetrics(node, progress))
+    return registry
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def node() -> FakeNode:
+    restorer = FakeRestorer(
+        records_applied=1_234, skipped_records=2, refetches=1, storage_faults=3, rebuilds=2
+    )
+    restorer.put(
+        status(USERS, 0, ReplicaState.ACTIVE, 500, 500),
+        status(USERS, 1, ReplicaState.RESTORING, 300, 1_000),
+        status(USERS, 2, ReplicaState.STANDBY, 90, 100),
+        status(USERS, 3, ReplicaState.STANDBY, 40, 100),
+    )
+    owners = {
+        (USERS.topic, 0): PartitionOwners(ME, (OTHER,)),
+        (USERS.topic, 1): PartitionOwners(ME, (OTHER,)),
+        (USERS.topic, 2): PartitionOwners(OTHER, (ME,)),
+        (USERS.topic, 3): PartitionOwners(OTHER, (), (ME,)),
+    }
+    return FakeNode(ME, restorer, ClusterMap(7, owners, {ME: {}, OTHER: {}}))
+
+
+def test_partitions_by_table_and_state(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_partitions", table="users", state="active") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="restoring") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="standby") == 1
+    assert value(r, "sparkiq_partitions", table="users", state="warming") == 1
+    # A table with no local replica still has its series, at zero.
+    for state in PartitionState:
+        assert value(r, "sparkiq_partitions", table="orders", state=state.value) == 0
+
+
+def test_lag_position_and_end_per_partition(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_partition_lag", table="users", partition="1", state="restoring") == (
+        700
+    )
+    assert value(r, "sparkiq_partition_lag", table="users", partition="2", state="standby") == 10
+    assert value(r, "sparkiq_partition_lag", table="users", partition="3", state="warming") == 60
+    assert value(r, "sparkiq_partition_lag", table="users", partition="0", state="active") == 0
+    assert (
+        value(r, "sparkiq_partition_position", table="users", partition="2", state="standby") == 90
+    )
+    assert (
+        value(r, "sparkiq_partition_end_offset", table="users", partition="1", state="restoring")
+        == 1_000
+    )
+
+
+def test_restore_progress_and_counters(node: FakeNode) -> None:
+    progress = RestoreProgress()
+    # The restore of partition 1 began at offset 200 ...
+    node.restorer.put(status(USERS, 1, ReplicaState.RESTORING, 200, 1_000))
+    progress.update(node.restorer.statuses(), node.restorer.records_applied, now=0.0)
+    # ... and is at 300 of 1000 when scraped.
+    node.restorer.put(status(USERS, 1, ReplicaState.RESTORING, 300, 1_000))
+    r = scrape(node, progress)
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="1") == 700
+    assert value(r, "sparkiq_restore_progress_ratio", table="users", partition="1") == 0.125
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="0") is None
+    assert value(r, "sparkiq_restore_records_total") == 1_234
+    assert value(r, "sparkiq_restore_skipped_records_total") == 2
+    assert value(r, "sparkiq_restore_refetches_total") == 1
+    assert value(r, "sparkiq_storage_faults_total") == 3
+    assert value(r, "sparkiq_store_rebuilds_total") == 2
+    # Without progress tracking the restore counts from where it is now.
+    assert value(scrape(node), "sparkiq_restore_progress_ratio", table="users", partition="1") == 0
+
+
+def test_group_ready_and_tables(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_group_generation") == 7
+    assert value(r, "sparkiq_cluster_nodes") == 2
+    assert value(r, "sparkiq_ready") == 0
+    assert value(r, "sparkiq_tables") == 2
+    node.ready = True
+    assert value(r, "sparkiq_ready") == 1  # read again at each scrape
+
+
+def test_values_follow_the_node_between_scrapes(node: FakeNode) -> None:
+    r = scrape(node)
+    node.restorer.put(status(USERS, 1, ReplicaState.ACTIVE, 1_000, 1_000))
+    node.restorer.records_applied += 700
+    assert value(r, "sparkiq_partitions", table="users", state="restoring") == 0
+    assert value(r, "sparkiq_partitions", table="users", state="active") == 2
+    assert value(r, "sparkiq_restore_records_total") == 1_934
+    assert value(r, "sparkiq_restore_remaining_offsets", table="users", partition="1") is None
+
+
+def test_an_empty_node_scrapes() -> None:
+    r = scrape(FakeNode(ME, FakeRestorer(), known=()))
+    assert value(r, "sparkiq_group_generation") == -1
+    assert value(r, "sparkiq_tables") == 0
+    assert value(r, "sparkiq_restore_records_total") == 0
+
+
+def test_misplaced_records_per_table(node: FakeNode) -> None:
+    node.misplaced["users"] = 7
+    r = scrape(node)
+    assert value(r, "sparkiq_misplaced_records", table="users") == 7
+    assert value(r, "sparkiq_misplaced_records", table="orders") == 0

@@ -1,0 +1,147 @@
+"""Which local replicas the node lets stand in for a failed active (Node.placement).
+
+No Kafka: the node is built but not started, and its restorer's published statuses are set
+by hand, as the restorer thread would publish them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
+from sparkiq.node.node import Node, load_node_id, misplaced_to_share, rebalance_due
+from sparkiq.node.restore import PartitionStatus, ReplicaState
+from sparkiq.node.settings import NodeSettings
+
+TP: TopicPartition = ("t", 0)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(NodeSettings(bootstrap_servers="127.0.0.1:1", state_dir=tmp_path))
+
+
+def publish(node: Node, state: ReplicaState, position: int, end: int) -> None:
+    """What the restorer publishes, then its change callback on the loop."""
+    status = PartitionStatus(TP, "t", state, position, end, max(end - position, 0))
+    node.restorer._statuses = {TP: status}
+    node._track_replicas()
+
+
+def test_a_new_standby_stands_in_only_once_its_lag_is_measured(node: Node) -> None:
+    publish(node, ReplicaState.STANDBY, 0, 0)  # just assigned: lag 0 says nothing
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 0, 0)
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 300, 500)  # fetched: a real end
+    placement = node.placement(TP)
+    assert placement.local_lag_known
+    assert placement.local_lag == 200
+
+
+def test_a_store_from_disk_counts_once_it_has_moved(node: Node) -> None:
+    publish(node, ReplicaState.STANDBY, 900, 900)  # checkpoint 900, end not read yet
+    assert not node.placement(TP).local_lag_known
+    publish(node, ReplicaState.STANDBY, 900, 1_200)
+    assert node.placement(TP).local_lag_known
+
+
+def test_a_store_measured_on_disk_counts_from_its_assignment(node: Node) -> None:
+    node._set_tables({"t": TableDef("t", "t", 1)})
+    standby = ClusterMap(1, {TP: PartitionOwners("http://other:1", (node.url,))})
+    # Never measured: a new store stays unknown until it moves.
+    node._on_assignment(standby)
+    assert not node.placement(TP).local_lag_known
+    node._on_assignment(ClusterMap(2))  # unassigned; the store stays on disk
+    # The restorer measured it on disk (caught up), then it is assigned again.
+    node.restorer._disk_lags = {TP: 0}
+    node._on_assignment(standby)
+    assert node.placement(TP).local_lag_known
+    node.restorer.stop()
+
+
+def test_only_a_promoted_standby_stands_in_while_restoring(node: Node) -> None:
+    publish(node, ReplicaState.RESTORING, 0, 0)  # active from scratch
+    publish(node, ReplicaState.RESTORING, 100, 500)
+    assert not node.placement(TP).local_lag_known  # it would answer "absent" for most keys
+    node._track_replicas()
+    node.restorer._statuses = {}
+    node._track_replicas()  # unassigned: forgotten
+    publish(node, ReplicaState.STANDBY, 0, 0)
+    publish(node, ReplicaState.STANDBY, 480, 500)
+    publish(node, ReplicaState.RESTORING, 490, 500)  # the standby was promoted
+    placement = node.placement(TP)
+    assert placement.local_lag_known
+    assert not placement.is_local_active
+
+
+@pytest.mark.parametrize(
+    ("asked_for", "asked_at", "generation", "now", "due"),
+    [
+        (-2, 0.0, 1, 5.0, True),  # never asked: ask
+        (1, 100.0, 2, 101.0, True),  # asked at an earlier generation: ask at this one
+        (2, 100.0, 2, 101.0, False),  # asked at this generation just now: wait
+        (2, 100.0, 2, 111.9, False),  # not yet reask_s (12 s) later
+        (2, 100.0, 2, 112.0, True),  # no new generation 12 s later: ask again
+    ],
+)
+def test_a_rebalance_is_asked_once_per_generation_and_again_when_none_follows(
+    asked_for: int, asked_at: float, generation: int, now: float, due: bool
+) -> None:
+    assert rebalance_due(asked_for, asked_at, generation, now, reask_s=12.0) is due
+
+
+def _status(tp: TopicPartition, misplaced: int, lag: int) -> PartitionStatus:
+    return PartitionStatus(tp, "t", ReplicaState.ACTIVE, 100 - lag, 100, lag, misplaced)
+
+
+@pytest.mark.parametrize(
+    ("local", "lag", "known", "caught_up_shared", "shared"),
+    [
+        (0, 5, 0, False, False),  # nothing misplaced
+        (3, 5, 0, False, True),  # the map knows none: every node must learn
+        (3, 5, 3, False, False),  # known already
+        (5, 5, 3, False, False),  # more, but neither doubled nor caught up
+        (6, 5, 3, False, True),  # doubled
+        (5, 0, 3, False, True),  # caught up: the restore's final count
+        (5, 0, 3, True, False),  # ... shared once only
+        (7, 0, 3, True, True),  # doubled again
+    ],
+)
+def test_misplaced_counts_are_shared_on_discovery_doubling_and_catching_up(
+    local: int, lag: int, known: int, caught_up_shared: bool, shared: bool
+) -> None:
+    tp = ("topic", 0)
+    found = misplaced_to_share(
+        {tp: _status(tp, local, lag)},
+        {tp: known} if known else {},
+        {tp} if caught_up_shared else set(),
+        {"topic"},
+    )
+    assert found == ({tp} if shared else set())
+    assert not misplaced_to_share({tp: _status(tp, local, lag)}, {}, set(), {"other"})
+
+
+def test_the_node_id_is_kept_in_the_state_dir(tmp_path: Path) -> None:
+    first = load_node_id(tmp_path / "state")
+    assert len(first) == 32
+    assert load_node_id(tmp_path / "state") == first  # a restart is the same node
+    assert load_node_id(tmp_path / "other") != first
+
+
+def test_a_node_whose_url_is_refused_holds_nothing_and_says_why(node: Node) -> None:
+    node._set_tables({"t": TableDef("t", "t", 1)})
+    node._joined = True
+    refused = ClusterMap(3, {TP: PartitionOwners(node.url)}, refused={node.node_id: node.url})
+    node._on_assignment(refused)
+    assert node.restorer._replicas == {}  # nothing assigned, although the map names its URL
+    assert not node.is_ready()
+    reason = node.unready_reason()
+    assert reason is not None
+    assert "advertises the same URL" in reason
+    assert node.metadata()["refused"] == [{"node_id": node.node_id, "url": node.url}]
+    node._on_assignment(ClusterMap(4, {TP: PartitionOwners(node.url)}))
+    assert node._refused_url is None
