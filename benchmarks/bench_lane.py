@@ -256,9 +256,11 @@ def count(subject: str, state_dir: str, n: int, workdir: Path) -> float:
         env={**os.environ, "PYTHONHASHSEED": "0", UNDER_CALLGRIND: "1"},
     )
     result = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if round_trips:  # the dump made after the measured round
+    if round_trips:
+        # The dump made after the measured round: its own cost (`summary:`). Its `totals:`
+        # also holds work outside the round (other threads'), which varies from run to run.
         dumps = list(workdir.glob(f"{name}.*.1"))
-        found = re.search(r"^totals: (\d+)", dumps[0].read_text(), re.M) if dumps else None
+        found = re.search(r"^summary: (\d+)", dumps[0].read_text(), re.M) if dumps else None
     else:
         found = re.search(r"Collected : ([\d,]+)", proc.stderr)
     if proc.returncode != 0 or found is None or not result:

@@ -4,17 +4,17 @@
 admits it (request id, load, caller, cluster signature; `sparkiq.http.guard`), a GET without
 a query goes to the key path (`sparkiq.http.keypath`, which answers single-key lookups
 without the generic dispatch), and everything the key path declines to `HttpApi.handle`.
-A request answered later (a forward, a wait, the generic dispatch) is a `Deferred`, which
-counts it in flight (the gate's load limit) from the moment the server starts it until its
-answer is given or its connection closes. Body limits are decided here too: the server stops
+A request answered later is a `sparkiq.http.later.Counted`: the key path's pending read
+itself (a forward or a wait), or a `Deferred` coroutine (the generic dispatch); it counts
+itself in flight (the gate's load limit) from when the server starts it until its answer is
+given or its connection closes. Body limits are decided here too: the server stops
 reading past `max_body_bytes`, and the 413 is this module's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
@@ -22,6 +22,7 @@ from sparkiq.http.api import HttpApi
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.interface import Answer, Response
 from sparkiq.http.keyread import Pending
+from sparkiq.http.later import Deferred
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import error_response
 from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
@@ -64,6 +65,7 @@ class NodeApp:
         self._admit_plain = api.gate.admit_plain
         self._answer_now = api.keys.answer_now
         self.forward_now = api.keys.forward_now
+        self.finish = api.keys.finish
 
     def answer(
         self, method: str, target: bytes, headers: Mapping[bytes, bytes], body: bytes | None
@@ -94,7 +96,9 @@ class NodeApp:
         if method == "GET" and not query:
             found = self._answer_now(path, hops, get(_BUDGET), admitted)
             if found is not None:
-                return Deferred(self, found) if isinstance(found, Pending) else found
+                if isinstance(found, Pending):
+                    found.app = self
+                return found
         text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
         work = self.api.handle(
             method,
@@ -104,7 +108,7 @@ class NodeApp:
             body,
             admitted,
         )
-        return Deferred(self, None, work)
+        return Deferred(self, work)
 
     def answer_plain(
         self,
@@ -128,79 +132,10 @@ class NodeApp:
                 headers[HOPS_HEADER] = hops.decode("latin-1")
             if budget is not None:
                 headers[BUDGET_HEADER] = budget.decode("latin-1")
-            work = self.api.handle("GET", text, "", headers, b"", admitted)
-            return Deferred(self, None, work)
-        return Deferred(self, found) if isinstance(found, Pending) else found
+            return Deferred(self, self.api.handle("GET", text, "", headers, b"", admitted))
+        if isinstance(found, Pending):
+            found.app = self
+        return found
 
     def refusal(self, status: int, message: str) -> Response:
         return error_response(status, _REFUSAL_CODES.get(status, ErrorCode.BAD_REQUEST), message)
-
-
-class Deferred:
-    """An answer that comes later (`interface.Later`): a key read left pending by the key
-    path (asked of the owner with callbacks, without a task, when a pooled connection is
-    free: `KeyPath.forward_now`), or a coroutine run as a task. In flight from `then` until
-    it has answered, or its task has ended."""
-
-    __slots__ = ("_app", "_cancelled", "_done", "_pending", "_task", "_work")
-
-    def __init__(
-        self,
-        app: NodeApp,
-        pending: Pending | None,
-        work: Coroutine[object, object, Response] | None = None,
-    ) -> None:
-        self._app = app
-        self._pending = pending
-        self._work = work
-        self._task: asyncio.Task[Response] | None = None
-        self._done: Callable[[Response], None] | None = None
-        self._cancelled = False
-
-    def then(self, done: Callable[[Response], None]) -> None:
-        self._done = done
-        app = self._app
-        app.gate.in_flight += 1
-        pending = self._pending
-        if pending is None:
-            assert self._work is not None
-            work, self._work = self._work, None
-            self._run(work)
-        elif not app.forward_now(pending, self._replied, self._run):
-            self._run(app.keys.finish(pending))
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        if self._task is not None:
-            self._task.cancel()
-        elif self._work is not None:  # never started
-            self._work.close()
-            self._work = None
-
-    def _replied(self, response: Response) -> None:
-        """The owner's answer to `forward_now`."""
-        self._app.gate.in_flight -= 1
-        if not self._cancelled and self._done is not None:
-            self._done(response)
-
-    def _run(self, work: Coroutine[object, object, Response]) -> None:
-        """Answer in a task (which copies the context: the request id the gate set)."""
-        if self._cancelled:
-            self._app.gate.in_flight -= 1
-            work.close()
-            return
-        task = asyncio.get_running_loop().create_task(work)
-        self._task = task
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[Response]) -> None:
-        self._app.gate.in_flight -= 1
-        if task.cancelled() or self._cancelled or self._done is None:
-            return
-        exc = task.exception()
-        if exc is None:
-            self._done(task.result())
-        else:  # the API answers its own errors; this is a last resort
-            log.error("unexpected error answering a request", exc_info=exc)
-            message = "internal error; the node logged the details"
-            self._done(self._app.refusal(500, message))

@@ -238,7 +238,7 @@ class KeyPath(Beyond):
         call = new_call(self._settings, hops, budget, path.decode("latin-1"))
         if isinstance(call, Failure):  # cannot be (digits checked), but declining is safe
             return None
-        return Pending(path, started, tp, call, key, found, absent_here=found is ABSENT_HERE)
+        return Pending(path, started, tp, call, key, found, found is ABSENT_HERE)
 
     async def finish(
         self, pending: Pending, asked: Response | Unreachable | None = None

@@ -9,7 +9,9 @@ its partitions; a `TableEntry` is what the key path keeps of one table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -18,6 +20,7 @@ from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.serde import KeyCodec, ValueCodec
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
+from sparkiq.http.later import NO_RUNNER, Counted, Runner
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.view import ReadableStore
@@ -106,8 +109,9 @@ def read_answer(
 
 
 @dataclass(slots=True)
-class Pending:
-    """A single-key GET that needs the owner or a replica that is not ready here yet."""
+class Pending(Counted):
+    """A single-key GET that needs the owner or a replica that is not ready here yet; the
+    app answers it later with it (`interface.Later`, started by `then`)."""
 
     path: bytes
     started: float  # perf_counter() when the key path took the request
@@ -122,6 +126,22 @@ class Pending:
     # A probe's: the answer of this node's partition that holds the key, used when the
     # probed (lower) partitions of the other node do not.
     found_here: bytes | Response | None = None
+    # As a later answer: the app that starts it (`NodeApp.answer_plain` sets it), then what
+    # `Counted` keeps.
+    app: Runner = NO_RUNNER
+    done: Callable[[Response], None] | None = field(init=False)
+    task: asyncio.Task[Response] | None = field(init=False)
+    cancelled: bool = field(init=False)
+
+    def then(self, done: Callable[[Response], None]) -> None:
+        """Ask the owner on a pooled connection with callbacks, or finish in a task."""
+        self.done = done
+        self.task = None
+        self.cancelled = False
+        app = self.app
+        app.gate.in_flight += 1
+        if not app.forward_now(self, self.replied, self.run):
+            self.run(app.finish(self))
 
     def read(self, replica: LocalReplica) -> Answer:
         """The answer from a replica of the key's partition here."""

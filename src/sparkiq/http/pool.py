@@ -447,7 +447,19 @@ class PoolForwarder:
             if conn is None:
                 return False
             origin.filling = conn
-        request = self._request(origin, "GET", target, None, hops, budget_s)
+        # `_request`, written out (every forward's path): one call less.
+        signature = None if self._cluster is None else self._cluster.sign("GET", target, hops + 1)
+        request = forward_request(
+            "GET",
+            target,
+            origin.authority,
+            hops + 1,
+            max(1, int(budget_s * 1000)),
+            FORWARD_HEADERS.get(),
+            REQUEST_ID.get(),
+            signature,
+            None,
+        )
         # Called from the connection as the answer is read: no future, no extra loop turn.
         # (A partial, not a closure: cheaper to make and to drop, at every request.)
         done = functools.partial(_pass_on, on_answer, base_url, budget_s)
