@@ -22,10 +22,9 @@ from typing import Protocol
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
-from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.http import failover, fanout
+from sparkiq.http import failover, fanout, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
@@ -59,7 +58,6 @@ from sparkiq.http.view import NodeView
 
 log = logging.getLogger(__name__)
 
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _OK = Response(200, b'{"status":"ok"}')
 
 
@@ -389,76 +387,20 @@ class HttpApi:
     async def _windows(
         self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
     ) -> Answer:
-        if not table.is_windowed:
-            return failed(
-                Failure(
-                    FailureReason.NOT_WINDOWED,
-                    f"table {table.name!r} is not windowed; use GET /v1/tables/{table.name}"
-                    "/keys/{key}",
-                )
-            )
-        lo = int_param(params, "from", _LONG_MIN, _LONG_MIN, _LONG_MAX)
-        hi = int_param(params, "to", _LONG_MAX, _LONG_MIN, _LONG_MAX)
-        for bound in (lo, hi):
-            if isinstance(bound, Failure):
-                return failed(bound)
-        assert isinstance(lo, int)
-        assert isinstance(hi, int)
-        if lo > hi:
-            return failed(Failure(FailureReason.BAD_REQUEST, f"from ({lo}) is after to ({hi})"))
-        wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
-        if isinstance(wire, Failure):
-            return failed(wire)
+        asked = windows.parse(table, key_text, params, self.settings.max_key_bytes)
+        if isinstance(asked, Failure):
+            return failed(asked)
+        wire, lo, hi = asked
         # All windows of a key live in the partition of the key alone.
         partition = table.partition_of(wire)
         if partition is None:
             return failed(_no_fixed_placement(table, "windows"))
+        cap, node = self.settings.max_windows, self.view.url
         return await self.answer_from_replica(
             (table.topic, partition),
             call,
-            lambda replica: self._read_windows(table, wire, lo, hi, partition, replica),
+            lambda replica: windows.read(table, wire, lo, hi, partition, replica, cap, node),
         )
-
-    def _read_windows(
-        self, table: TableDef, wire: bytes, lo: int, hi: int, partition: int, replica: LocalReplica
-    ) -> Answer:
-        key_codec, value_codec = codecs(table)
-        key_store = key_codec.wire_to_store(wire)
-        size = table.window_size_ms or 0
-        render = value_codec.render
-        width = len(key_store) + 8
-        items: list[dict[str, object]] = []
-        after: bytes | None = None
-        cap = self.settings.max_windows
-        while len(items) < cap:
-            page = replica.store.scan(
-                lo=window_store_key(key_store, lo),
-                hi=window_store_key(key_store, hi),
-                prefix=key_store,
-                after=after,
-                limit=cap,
-            )
-            for store_key, value in page:
-                # Variable-length keys: another key may extend this one and sort inside the
-                # range; every window of *this* key is exactly len(key) + 8 bytes long.
-                if len(store_key) == width:
-                    start = split_window_store_key(store_key)[1]
-                    items.append({"start": start, "end": start + size, "value": render(value)})
-            if len(page) < cap:
-                break
-            after = page[-1][0]
-        outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
-        return json_response(
-            {
-                "table": table.name,
-                "key": key_codec.render(wire),
-                "items": items[:cap],
-                "partition": partition,
-                "offset": replica.offset,
-                "node": self.view.url,
-                "standby": replica.is_standby,
-            }
-        ), outcome
 
     # -- owner of one key --------------------------------------------------------------------
 
