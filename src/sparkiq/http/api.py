@@ -53,8 +53,9 @@ from sparkiq.http.responses import (
     is_absent,
     json_response,
 )
-from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
+from sparkiq.http.settings import FALLBACK_PARAM, HttpSettings
 from sparkiq.http.view import NodeView
+from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
 
 log = logging.getLogger(__name__)
 

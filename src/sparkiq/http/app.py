@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from sparkiq.auth import Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
@@ -25,7 +26,7 @@ from sparkiq.http.keyread import Pending
 from sparkiq.http.later import Deferred
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
 from sparkiq.http.responses import error_response
-from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
+from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER, forwarded_headers
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +100,7 @@ class NodeApp:
                 if isinstance(found, Pending):
                     found.app = self
                 return found
-        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
-        work = self.api.handle(
-            method,
-            path.decode("latin-1"),
-            query.decode("latin-1"),
-            text_headers,
-            body,
-            admitted,
-        )
-        return Deferred(self, work)
+        return self._generic(method, path, query, headers, body, admitted)
 
     def answer_plain(
         self,
@@ -127,15 +119,27 @@ class NodeApp:
             return admitted
         found = self._answer_now(target, hops, budget, admitted)
         if found is None:
-            headers = {}
-            if hops is not None:
-                headers[HOPS_HEADER] = hops.decode("latin-1")
-            if budget is not None:
-                headers[BUDGET_HEADER] = budget.decode("latin-1")
-            return Deferred(self, self.api.handle("GET", text, "", headers, b"", admitted))
+            headers = forwarded_headers(hops, budget, request_id)
+            return self._generic("GET", target, b"", headers, b"", admitted)
         if isinstance(found, Pending):
             found.app = self
         return found
+
+    def _generic(
+        self,
+        method: str,
+        path: bytes,
+        query: bytes,
+        headers: Mapping[bytes, bytes],
+        body: bytes,
+        identity: Identity,
+    ) -> Deferred:
+        """An admitted request the key path declined: `HttpApi.handle`, in a task."""
+        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+        work = self.api.handle(
+            method, path.decode("latin-1"), query.decode("latin-1"), text_headers, body, identity
+        )
+        return Deferred(self, work)
 
     def refusal(self, status: int, message: str) -> Response:
         return error_response(status, _REFUSAL_CODES.get(status, ErrorCode.BAD_REQUEST), message)

@@ -95,9 +95,7 @@ async def _send_stream(send: Send, stream: Stream) -> None:
         async for chunk in stream.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     finally:
-        aclose = getattr(stream.chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await stream.close()
     await send({"type": "http.response.body", "body": b""})
 
 

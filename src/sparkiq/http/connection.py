@@ -24,7 +24,14 @@ from sparkiq.http.interface import (
     Stream,
 )
 from sparkiq.http.lanes import plain_get
-from sparkiq.http.wire import ANSWER, FORWARDED, FOUND, forwarded_headers, status_line
+from sparkiq.http.wire import (
+    ANSWER,
+    FORWARDED,
+    FOUND,
+    answer_head,
+    forwarded_headers,
+    status_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -338,13 +345,8 @@ class Connection(asyncio.Protocol):
     def _stream(self, stream: Stream, keep_alive: bool, head: bool) -> None:
         """Send a `Stream`'s head now and its chunks as they come (chunked framing; none for
         a HEAD), in a task; the requests behind it on this connection wait for its end."""
-        data = status_line(stream.status)
-        for name, value in stream.headers:
-            data += f"{name}: {value}\r\n".encode("latin-1")
-        if (rid := REQUEST_ID.get()) is not None:
-            data += b"x-request-id: " + rid.encode("latin-1") + b"\r\n"
-        close = b"" if keep_alive else b"connection: close\r\n"
-        self._queue_out(data + close + b"transfer-encoding: chunked\r\n\r\n", True)
+        data = answer_head(stream.status, stream.headers, REQUEST_ID.get(), keep_alive)
+        self._queue_out(data + b"transfer-encoding: chunked\r\n\r\n", True)
         self._task_keep_alive = keep_alive
         self._task = task = asyncio.get_running_loop().create_task(self._pump(stream, head))
         task.add_done_callback(self._streamed)
@@ -361,9 +363,7 @@ class Connection(asyncio.Protocol):
                     self._drained = asyncio.get_running_loop().create_future()
                     await self._drained
         finally:
-            aclose = getattr(chunks, "aclose", None)  # an async generator's, if it is one
-            if aclose is not None:
-                await aclose()
+            await stream.close()
         self._queue_out(b"" if head else _LAST_CHUNK, self._task_keep_alive)
 
     def _streamed(self, task: asyncio.Task[None]) -> None:
@@ -408,15 +408,10 @@ class Connection(asyncio.Protocol):
             # The common answer in one formatting step.
             data = ANSWER % (status_line(status), len(body), rid.encode("latin-1"), body)
         else:
-            data = status_line(status)
-            for name, value in response.headers:
-                data += f"{name}: {value}\r\n".encode("latin-1")
-            data += b"content-length: %d\r\n" % len(body)
-            if rid is not None:
-                data += b"x-request-id: " + rid.encode("latin-1") + b"\r\n"
-            if not keep_alive:
-                data += b"connection: close\r\n"
-            data += b"\r\n" if head else b"\r\n" + body
+            data = answer_head(status, response.headers, rid, keep_alive)
+            data += b"content-length: %d\r\n\r\n" % len(body)
+            if not head:
+                data += body
         self._out.append(data)
         if len(self._out) == 1:
             self._server.to_flush(self)

@@ -59,6 +59,12 @@ class Stream:
     headers: tuple[tuple[str, str], ...]
     chunks: AsyncIterator[bytes]
 
+    async def close(self) -> None:
+        """End `chunks` (an async generator's `aclose`), if it can be ended."""
+        aclose = getattr(self.chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
 
 Answer = bytes | Response | Later | Stream
 

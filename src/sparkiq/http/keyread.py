@@ -20,7 +20,7 @@ from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.serde import KeyCodec, ValueCodec
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.http.later import NO_RUNNER, Counted, Runner
+from sparkiq.http.later import Counted, Runner
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.view import ReadableStore
@@ -126,9 +126,9 @@ class Pending(Counted):
     # A probe's: the answer of this node's partition that holds the key, used when the
     # probed (lower) partitions of the other node do not.
     found_here: bytes | Response | None = None
-    # As a later answer: the app that starts it (`NodeApp.answer_plain` sets it), then what
-    # `Counted` keeps.
-    app: Runner = NO_RUNNER
+    # As a later answer: the app that starts it (set by the app before it hands the read to
+    # a server, which calls `then`), and what `Counted` keeps once started.
+    app: Runner = field(init=False)
     done: Callable[[Response], None] | None = field(init=False)
     task: asyncio.Task[Response] | None = field(init=False)
     cancelled: bool = field(init=False)

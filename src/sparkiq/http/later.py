@@ -106,25 +106,3 @@ class Deferred(Counted):
         if self.work is not None:  # never started
             self.work.close()
             self.work = None
-
-
-class _NoRunner:
-    """A pending read's runner until the app gives it one (only the app starts it)."""
-
-    @property
-    def gate(self) -> InFlight:
-        raise RuntimeError("a pending read is started only by the app that answers it")
-
-    def forward_now(
-        self, pending: Any, reply: Callable[[Response], None], carry_on: Callable[[Work], None]
-    ) -> bool:
-        raise RuntimeError("no runner")
-
-    def finish(self, pending: Any) -> Work:
-        raise RuntimeError("no runner")
-
-    def refusal(self, status: int, message: str) -> Response:
-        raise RuntimeError("no runner")
-
-
-NO_RUNNER: Runner = _NoRunner()

@@ -21,8 +21,9 @@ from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.responses import Response
 from sparkiq.http.routing import RouteKind, may_stand_in, route, standby_urls
-from sparkiq.http.settings import BUDGET_HEADER, FALLBACK_PARAM, HOPS_HEADER, HttpSettings
+from sparkiq.http.settings import FALLBACK_PARAM, HttpSettings
 from sparkiq.http.view import NodeView, ReadableStore
+from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
 
 # Wait at most this long on the view between looks at the placement, so a change signal
 # that slipped past (a view updated from another thread) costs a fraction of the budget.

@@ -57,7 +57,7 @@ from sparkiq.http.connection import Connection
 from sparkiq.http.interface import REQUEST_ID, App
 from sparkiq.http.lanes import not_plain
 from sparkiq.http.settings import connection_limit, default_max_connections, open_file_limit
-from sparkiq.http.wire import status_line
+from sparkiq.http.wire import answer_head
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +243,6 @@ def _refusal(app: App, limit: int) -> bytes:
     """What a connection past the limit is sent before it is closed."""
     message = f"this node holds its limit of {limit} connections; retry shortly"
     response = app.refusal(503, message)
-    head = status_line(503) + b"".join(
-        f"{name}: {value}\r\n".encode("latin-1") for name, value in response.headers
-    )
-    return (
-        head
-        + b"content-length: %d\r\nretry-after: 1\r\nconnection: close\r\n\r\n" % len(response.body)
-        + response.body
-    )
+    headers = (*response.headers, ("retry-after", "1"))
+    head = answer_head(503, headers, None, keep_alive=False)
+    return head + b"content-length: %d\r\n\r\n" % len(response.body) + response.body

@@ -32,10 +32,6 @@ from sparkiq.core.errors import ConfigError
 # Accepted only together with the hops header (i.e. from another node).
 FALLBACK_PARAM = "fallback_lag"
 
-# Request headers that travel between nodes.
-HOPS_HEADER = "x-sparkiq-hops"  # how many nodes forwarded this request so far
-BUDGET_HEADER = "x-sparkiq-budget-ms"  # what is left of the first node's budget
-
 
 class TunableHttpSettings(BaseModel):
     """The HTTP layer's settings an operator tunes (through `NodeSettings`)."""

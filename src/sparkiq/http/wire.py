@@ -110,6 +110,20 @@ def forwarded_headers(
 
 # -- answers ---------------------------------------------------------------------------------
 
+
+def answer_head(
+    status: int, headers: tuple[tuple[str, str], ...], request_id: str | None, keep_alive: bool
+) -> bytes:
+    """The status line and header lines of an answer in any other shape than `ANSWER`, up to
+    its framing (content-length or transfer-encoding) and blank line."""
+    data = status_line(status)
+    for name, value in headers:
+        data += f"{name}: {value}\r\n".encode("latin-1")
+    if request_id is not None:
+        data += b"x-request-id: " + request_id.encode("latin-1") + b"\r\n"
+    return data if keep_alive else data + b"connection: close\r\n"
+
+
 # A JSON answer on a connection that stays open: (status line, length, request id, body).
 ANSWER = b"%bcontent-type: application/json\r\ncontent-length: %d\r\nx-request-id: %b\r\n\r\n%b"
 # `ANSWER` of a 200: (length, request id, body).

@@ -9,7 +9,7 @@ model lacks, or one the model requires and the answer leaves out, fails here.
 from __future__ import annotations
 
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,11 @@ from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.core.topology import ClusterMap, PartitionOwners
 from sparkiq.http import AsgiApp, HttpApi, HttpSettings
 from sparkiq.http import models as m
-from sparkiq.http.forward import Unreachable
-from sparkiq.http.responses import Response
 from sparkiq.http.testing import StaticView, put_value
 from sparkiq.node.node import Node
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.settings import NodeSettings
+from tests.support.forwarding import InProcessForwarder
 
 ME, OTHER = "http://node-a", "http://node-b"
 USERS = TableDef("users", "users-changelog", 2, description="people by name")
@@ -61,40 +60,11 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     # users/1: node b is its active and unreachable; this node holds a standby.
     standby = ("users-changelog", 1)
     view.set_placement(standby, OTHER, [ME], store=view.local_store(standby))
-    api = HttpApi(view, SETTINGS, forwarder=Unreachables())
+    # A forwarder that knows no other node: every other one is unreachable.
+    api = HttpApi(view, SETTINGS, forwarder=InProcessForwarder())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=AsgiApp(api)), base_url=ME) as c:
         yield c
     await api.close()
-
-
-class Unreachables:
-    """A forwarder to whom every other node is unreachable."""
-
-    async def send(
-        self,
-        base_url: str,
-        method: str,
-        target: str,
-        body: bytes | None,
-        *,
-        hops: int,
-        budget_s: float,
-    ) -> Response | Unreachable:
-        return Unreachable(base_url, "connection refused")
-
-    def send_now(
-        self,
-        base_url: str,
-        target: str,
-        *,
-        hops: int,
-        budget_s: float,
-        on_answer: Callable[[Response | Unreachable | None], None],
-    ) -> bool:
-        return False  # always the coroutine path (`send`)
-
-    async def close(self) -> None:
-        pass
 
 
 ANSWERS: list[tuple[str, str, type[BaseModel]]] = [

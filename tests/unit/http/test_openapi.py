@@ -26,12 +26,11 @@ processes with `--auth none`): they send `CREDENTIALS` (none) and leave out `ign
 from __future__ import annotations
 
 import ast
-import asyncio
 import inspect
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -51,13 +50,12 @@ from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.http import AsgiApp, HttpApi, HttpSettings
 from sparkiq.http import api as api_module
-from sparkiq.http.forward import Unreachable
 from sparkiq.http.openapi import OPENAPI_PATH, document
-from sparkiq.http.responses import JSON_HEADERS, Response
-from sparkiq.http.settings import BUDGET_HEADER, HOPS_HEADER
 from sparkiq.http.testing import DictStore, StaticView, put_value
+from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
+from tests.support.forwarding import InProcessForwarder
 
 A, B, DEAD = "http://node-a", "http://node-b", "http://node-dead"
 
@@ -123,54 +121,6 @@ class NodeShapedView(StaticView):
             ],
             "local": [],
         }
-
-
-class InProcessForwarder:
-    """Forwards to other nodes' ASGI apps in this process; an unknown URL is unreachable."""
-
-    def __init__(self) -> None:
-        self.apps: dict[str, AsgiApp] = {}
-
-    async def send(
-        self,
-        base_url: str,
-        method: str,
-        target: str,
-        body: bytes | None,
-        *,
-        hops: int,
-        budget_s: float,
-    ) -> Response | Unreachable:
-        app = self.apps.get(base_url)
-        if app is None:
-            return Unreachable(base_url, "connection refused")
-        headers = {HOPS_HEADER: str(hops + 1), BUDGET_HEADER: str(max(1, int(budget_s * 1000)))}
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url=base_url
-        ) as client:
-            try:
-                async with asyncio.timeout(budget_s):
-                    r = await client.request(method, target, content=body, headers=headers)
-            except TimeoutError:
-                return Unreachable(base_url, f"no answer within {budget_s:.3f}s")
-        out = JSON_HEADERS
-        if "retry-after" in r.headers:
-            out = (*JSON_HEADERS, ("retry-after", r.headers["retry-after"]))
-        return Response(r.status_code, r.content, out)
-
-    def send_now(
-        self,
-        base_url: str,
-        target: str,
-        *,
-        hops: int,
-        budget_s: float,
-        on_answer: Callable[[Response | Unreachable | None], None],
-    ) -> bool:
-        return False  # always the coroutine path (`send`)
-
-    async def close(self) -> None:
-        pass
 
 
 def value_of(table: TableDef, i: int) -> object:
