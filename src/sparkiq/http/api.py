@@ -24,7 +24,7 @@ from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.http import failover, fanout, windows
+from sparkiq.http import fanout, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.guard import Gate, forbidden
@@ -371,17 +371,17 @@ class HttpApi:
         tp: TopicPartition,
         call: Call,
         read: Callable[[LocalReplica], Answer],
-        found: LocalReplica | str | Failure | None = None,
+        found: str | Failure | None = None,
         asked: Response | Unreachable | None = None,
     ) -> Answer:
         """A single-partition GET: `read` a local replica, or the owner's answer as it is.
 
-        Waits (within the call's budget) while no replica can answer; when the active cannot
-        answer, a standby within the call's lag bound does (`failover.answer_single`).
-        `found` is what `locator.resolve` just said for `tp`, if the caller asked already;
-        `asked` what the active it named answered, if the caller asked it once already.
+        Through the one read loop (`readloop.read_one`): waits within the call's budget
+        while no replica can answer; when the active cannot answer, a standby within the
+        call's lag bound does. `asked`: what the active `found` names answered, if the
+        caller asked it once already.
         """
-        return await failover.answer_single(self, tp, call, read, found, asked)
+        return await readloop.read_one(self, tp, call, read, found, asked)
 
     # -- windows of one key ------------------------------------------------------------------
 

@@ -1,24 +1,19 @@
-"""The endpoints that span partitions: multi-get and range, scattered and gathered.
+"""The endpoints that span partitions: multi-get and range.
 
-Keys (multi-get) or partitions (range) are grouped by who answers them: this node's replicas
-are read directly; each other owner gets ONE request, all in parallel, carrying the hop
-header. Groups with no answering replica wait for a change of the view, within the budget.
-Multi-get reads through `gather`; on a table of partitioner `any`, or whose changelog holds
-misplaced records, keys missing from their own partition are then looked for in every other
-one (`looks_everywhere`, `find_key` for single keys). Range pages merge every partition's
-items in store-key order; owners are asked with the internal `partitions=` parameter (only
-accepted from another node) and return each item's store key so the merge does not depend
-on how keys render. Both answers carry `offsets`
-(partition -> the changelog offset its replica had reached) and `standby` (whether any part
-came from a standby), merged from the owners' answers. A partition whose owner is
-unreachable or answers 503 is read from a local stand-in within the lag bound if this node
-has one; multi-get then asks the partition's other standbys (`fallback_lag`, as
-`failover` does for single keys), range does not.
+Both read through the one read loop (`readloop`): this node's replicas are read directly;
+each other node gets ONE request for its partitions, all in parallel; standbys stand in for
+an active that cannot answer, within the budget. Multi-get reads through `gather`; on a
+table of partitioner `any`, or whose changelog holds misplaced records, keys missing from
+their own partition are then looked for in every other one (`looks_everywhere`, `find_key`
+for single keys). Range pages merge every partition's items in store-key order; other nodes
+are asked with the internal `partitions=` parameter (only accepted from another node) and
+return each item's store key so the merge does not depend on how keys render. Both answers
+carry `offsets` (partition -> the changelog offset its replica had reached) and `standby`
+(whether any part came from a standby), merged from the nodes' answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -37,9 +32,8 @@ from sparkiq.http.gather import (
     decode_wire_keys,
     gather,
     probe_items,
-    send_ask,
 )
-from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes
+from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import (
     Params,
     codecs,
@@ -50,6 +44,7 @@ from sparkiq.http.params import (
     parse_key_text,
 )
 from sparkiq.http.parts import ApiParts
+from sparkiq.http.readloop import read_partitions
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.settings import FALLBACK_PARAM
 
@@ -265,55 +260,11 @@ async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call)
         parts = list(range(table.partitions))
 
     fetch = limit + 1  # one more than the page: tells whether there is a next page
-    collected: list[tuple[bytes, dict[str, object]]] = []
-    outcomes: set[Outcome] = set()
-    sources = Sources()
-    pending = [(table.topic, p) for p in parts]
-    routes = PartitionRoutes(api.locator, call)
-    while pending:
-        remote: dict[Ask, list[TopicPartition]] = defaultdict(list)
-        waiting: list[TopicPartition] = []
-        for tp in pending:
-            found = routes.route(tp)
-            if isinstance(found, LocalReplica):
-                rows = found.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=fetch)
-                collected.extend(_render_rows(table, rows))
-                outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
-                sources.local(tp[1], found)
-            elif isinstance(found, Ask):
-                remote[found].append(tp)
-            elif found is None:
-                waiting.append(tp)
-            else:
-                return _fail(found)
-        if remote:
-            asks = list(remote)
-            answers = await asyncio.gather(
-                *(
-                    _ask_range(api, ask, table, params, remote[ask], fetch, call, routes.bound)
-                    for ask in asks
-                )
-            )
-            for ask, answer in zip(asks, answers, strict=True):
-                if answer is None or (isinstance(answer, Response) and answer.status == 503):
-                    waiting.extend(remote[ask])
-                    routes.unanswered(ask, remote[ask])
-                    continue
-                if isinstance(answer, Failure):
-                    return _fail(answer)
-                if answer.status != 200:
-                    return answer, Outcome.FORWARDED
-                doc = orjson.loads(answer.body)
-                for item in doc["items"]:
-                    store_key = decode_cursor(item.pop("store_key"))
-                    assert isinstance(store_key, bytes)
-                    collected.append((store_key, item))
-                sources.remote(doc)
-                outcomes.add(Outcome.FORWARDED)
-        pending = waiting
-        if pending and not await api.locator.wait(call, settings.reconnect_pause_s):
-            return _fail(api.locator.gave_up(call, routes.last_why))
-
+    reads = _RangeReads(table, params, lo, hi, prefix, after, fetch)
+    done = await read_partitions(api, call, [(table.topic, p) for p in parts], reads)
+    if done is not None:
+        return done
+    collected = reads.collected
     # Each key lives in exactly one partition, so store keys never repeat across partitions.
     collected.sort(key=lambda pair: pair[0])
     page = collected[:limit]
@@ -322,8 +273,62 @@ async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call)
         items = [dict(item, store_key=encode_cursor(sk)) for sk, item in page]
     else:
         items = [item for _, item in page]
-    body = orjson.dumps({"items": items, "next_cursor": next_cursor, **sources.fields()})
-    return Response(200, body), assembled_outcome(outcomes)
+    body = orjson.dumps({"items": items, "next_cursor": next_cursor, **reads.sources.fields()})
+    return Response(200, body), assembled_outcome(reads.outcomes)
+
+
+class _RangeReads:
+    """Each partition's first `fetch` rows of the range, read here or asked of a node
+    (`readloop.Reads`); the rows with their store keys, for the merge."""
+
+    def __init__(
+        self,
+        table: TableDef,
+        params: Params,
+        lo: bytes | None,
+        hi: bytes | None,
+        prefix: bytes | None,
+        after: bytes | None,
+        fetch: int,
+    ) -> None:
+        self._table = table
+        self._params = params
+        self._bounds = lo, hi, prefix, after
+        self._fetch = fetch
+        self.collected: list[tuple[bytes, dict[str, object]]] = []
+        self.outcomes: set[Outcome] = set()
+        self.sources = Sources()
+
+    def local(self, tp: TopicPartition, replica: LocalReplica) -> None:
+        lo, hi, prefix, after = self._bounds
+        rows = replica.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=self._fetch)
+        self.collected.extend(_render_rows(self._table, rows))
+        self.outcomes.add(Outcome.STANDBY if replica.is_standby else Outcome.LOCAL)
+        self.sources.local(tp[1], replica)
+
+    def request(self, tps: Sequence[TopicPartition]) -> tuple[str, str, bytes | None]:
+        """The page of `tps` asked with the internal `partitions=` parameter."""
+        query = {
+            k: v
+            for k, v in self._params.items()
+            if k not in ("limit", "partitions", FALLBACK_PARAM)
+        }
+        query["limit"] = str(self._fetch)
+        query["partitions"] = ",".join(str(p) for _, p in tps)
+        name = quote(self._table.name, safe="")
+        return "GET", f"/v1/tables/{name}/range?{urlencode(query)}", None
+
+    def take(self, url: str, tps: Sequence[TopicPartition], answer: Response) -> Answer | None:
+        if answer.status != 200:
+            return answer, Outcome.FORWARDED
+        doc = orjson.loads(answer.body)
+        for item in doc["items"]:
+            store_key = decode_cursor(item.pop("store_key"))
+            assert isinstance(store_key, bytes)
+            self.collected.append((store_key, item))
+        self.sources.remote(doc)
+        self.outcomes.add(Outcome.FORWARDED)
+        return None
 
 
 def _range_bounds(
@@ -386,24 +391,6 @@ def _render_rows(
         }
         out.append((sk, item))
     return out
-
-
-async def _ask_range(
-    api: ApiParts,
-    ask: Ask,
-    table: TableDef,
-    params: Params,
-    tps: list[TopicPartition],
-    fetch: int,
-    call: Call,
-    bound: int,
-) -> Response | Failure | None:
-    """Ask a node for its page of `tps`: the active, or a stand-in within `bound`."""
-    query = {k: v for k, v in params.items() if k not in ("limit", "partitions", FALLBACK_PARAM)}
-    query["limit"] = str(fetch)
-    query["partitions"] = ",".join(str(p) for _, p in tps)
-    target = f"/v1/tables/{quote(table.name, safe='')}/range?{urlencode(query)}"
-    return await send_ask(api, ask, "GET", target, None, call, bound)
 
 
 def _fail(failure: Failure) -> Answer:

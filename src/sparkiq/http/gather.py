@@ -1,12 +1,10 @@
-"""Reads keys where they are stored, across nodes: the loop behind multi-get and behind
-lookups that look past a key's own partition.
+"""Reads keys where they are stored, across nodes: multi-get, and lookups that look past a
+key's own partition.
 
-A *plan* maps partitions to the keys (indices into the request's keys) to read there. Each
-partition is read from this node's replica, or asked of the node that owns it: ONE request
-per node, all in parallel, carrying the hop header. Partitions that no replica can answer
-yet wait for a change of the view, within the budget. A partition whose owner is unreachable
-or answers 503 is read from a local stand-in within the lag bound if this node has one, else
-asked of its other standbys (`fallback_lag`, as `failover` does for single keys).
+A *plan* maps partitions to the keys (indices into the request's keys) to read there. The
+read loop (`readloop`) reads each partition from this node's replica or asks the node that
+holds it, ONE request per node, all in parallel, and falls back to standbys within the
+budget; this module says what to read and what to ask, and merges what comes back.
 
 Two kinds of request go to other nodes:
 
@@ -25,7 +23,6 @@ placement is unknown (partitioner `any`).
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,11 +34,11 @@ import orjson
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.http.forward import Unreachable
-from sparkiq.http.locate import Ask, Call, LocalReplica, PartitionRoutes, fallback_target
+from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import codecs, decode_cursor, encode_cursor
 from sparkiq.http.parts import ApiParts
-from sparkiq.http.responses import Answer, Outcome, Response, failed
+from sparkiq.http.readloop import read_partitions
+from sparkiq.http.responses import Answer, Outcome, Response
 
 Plan = Mapping[TopicPartition, Sequence[int]]
 
@@ -163,74 +160,76 @@ async def gather(
     public_keys: Sequence[object] = (),
     into: Gathered | None = None,
 ) -> Gathered | Answer:
-    """Read every key of `plan` in its partitions; a failure's answer if that cannot be done.
+    """Read every key of `plan` in its partitions (`readloop`); a failure's answer if that
+    cannot be done.
 
     Home reads (`probing` False) ask other nodes with the public multi-get, whose body
     needs the keys as the caller gave them (`public_keys`); each key is in one partition of
     the plan then. Probes send wire keys. Hits are added to `into` if given.
     """
     got = into if into is not None else Gathered()
-    locator = api.locator
-    codec, value_codec = codecs(table)
-    render_value = value_codec.render
-    node = api.view.url
-    pending: dict[TopicPartition, Sequence[int]] = {tp: ix for tp, ix in plan.items() if ix}
-    routes = PartitionRoutes(locator, call)
-    while pending:
-        remote: dict[Ask, list[TopicPartition]] = defaultdict(list)
-        waiting: dict[TopicPartition, Sequence[int]] = {}
-        for tp, indices in pending.items():
-            found = routes.route(tp)
-            if isinstance(found, LocalReplica):
-                values = found.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
-                p = tp[1]
-                for i, value in zip(indices, values, strict=True):
-                    if value is not None:
-                        hit = Hit(render_value(value), p, found.offset, node, found.is_standby)
-                        got.hits[i][p] = hit
-                got.outcomes.add(Outcome.STANDBY if found.is_standby else Outcome.LOCAL)
-                got.sources.local(p, found)
-            elif isinstance(found, Ask):
-                remote[found].append(tp)
-            elif found is None:
-                waiting[tp] = indices
-            else:
-                return failed(found)
-        if remote:
-            asks = list(remote)
-            asking = [
-                _ask(
-                    api,
-                    table,
-                    ask,
-                    remote[ask],
-                    pending,
-                    wires,
-                    public_keys,
-                    call,
-                    routes.bound,
-                    probing=probing,
+    pending = {tp: ix for tp, ix in plan.items() if ix}
+    reads = _PlanReads(api.view.url, table, wires, pending, call, public_keys, probing, got)
+    done = await read_partitions(api, call, pending, reads)
+    return got if done is None else done
+
+
+class _PlanReads:
+    """The reads of a plan's keys: local multi-gets, and asks of other nodes (`Reads`)."""
+
+    def __init__(
+        self,
+        node: str,
+        table: TableDef,
+        wires: Sequence[bytes],
+        plan: Plan,
+        call: Call,
+        public_keys: Sequence[object],
+        probing: bool,
+        got: Gathered,
+    ) -> None:
+        self._node = node
+        self._table = table
+        self._wires = wires
+        self._plan = plan
+        self._call = call
+        self._public_keys = public_keys
+        self._probing = probing
+        self._got = got
+        self._codec, value_codec = codecs(table)
+        self._render_value = value_codec.render
+
+    def local(self, tp: TopicPartition, replica: LocalReplica) -> None:
+        wires, codec, got = self._wires, self._codec, self._got
+        indices = self._plan[tp]
+        values = replica.store.multi_get([codec.wire_to_store(wires[i]) for i in indices])
+        p = tp[1]
+        for i, value in zip(indices, values, strict=True):
+            if value is not None:
+                hit = Hit(
+                    self._render_value(value), p, replica.offset, self._node, replica.is_standby
                 )
-                for ask in asks
-            ]
-            # One node to ask (the common case with two nodes): no task to make for it.
-            answers = [await asking[0]] if len(asking) == 1 else await asyncio.gather(*asking)
-            for ask, answer in zip(asks, answers, strict=True):
-                tps = remote[ask]
-                if answer is None or (isinstance(answer, Response) and answer.status == 503):
-                    # Try these partitions again after a pause, from a stand-in if any.
-                    waiting.update((tp, pending[tp]) for tp in tps)
-                    routes.unanswered(ask, tps)
-                    continue
-                if isinstance(answer, Failure):
-                    return failed(answer)
-                if answer.status != 200:
-                    return answer, Outcome.FORWARDED  # the owner's failure, as it said it
-                _take(got, orjson.loads(answer.body), tps, pending, ask.url, probing=probing)
-        pending = waiting
-        if pending and not await locator.wait(call, api.settings.reconnect_pause_s):
-            return failed(locator.gave_up(call, routes.last_why))
-    return got
+                got.hits[i][p] = hit
+        got.outcomes.add(Outcome.STANDBY if replica.is_standby else Outcome.LOCAL)
+        got.sources.local(p, replica)
+
+    def request(self, tps: Sequence[TopicPartition]) -> tuple[str, str, bytes | None]:
+        indices = _asked(tps, self._plan)
+        call = self._call
+        if self._probing:
+            body = encode_wire_keys([self._wires[i] for i in indices])
+            parts = ",".join(str(p) for p in sorted({tp[1] for tp in tps}))
+            target = f"/v1/tables/{quote(self._table.name, safe='')}/multi-get?partitions={parts}"
+            if call.max_lag is not None:
+                target += f"&max_lag={call.max_lag}"
+            return "POST", target, body
+        return "POST", call.target, orjson.dumps({"keys": [self._public_keys[i] for i in indices]})
+
+    def take(self, url: str, tps: Sequence[TopicPartition], answer: Response) -> Answer | None:
+        if answer.status != 200:
+            return answer, Outcome.FORWARDED  # the owner's failure, as it said it
+        _take(self._got, orjson.loads(answer.body), tps, self._plan, url, probing=self._probing)
+        return None
 
 
 def _asked(
@@ -272,54 +271,3 @@ def _take(
         if item["value"] is not None:
             p = home[i]
             got.hits[i][p] = Hit(item["value"], p, offsets.get(str(p)), url, standby)
-
-
-async def _ask(
-    api: ApiParts,
-    table: TableDef,
-    ask: Ask,
-    tps: Sequence[TopicPartition],
-    pending: Mapping[TopicPartition, Sequence[int]],
-    wires: Sequence[bytes],
-    public_keys: Sequence[object],
-    call: Call,
-    bound: int,
-    *,
-    probing: bool,
-) -> Response | Failure | None:
-    """Ask the node `ask` names for the keys of `tps` (`send_ask`)."""
-    indices = _asked(tps, pending)
-    if probing:
-        body = encode_wire_keys([wires[i] for i in indices])
-        parts = ",".join(str(p) for p in sorted({tp[1] for tp in tps}))
-        target = f"/v1/tables/{quote(table.name, safe='')}/multi-get?partitions={parts}"
-        if call.max_lag is not None:
-            target += f"&max_lag={call.max_lag}"
-    else:
-        body = orjson.dumps({"keys": [public_keys[i] for i in indices]})
-        target = call.target
-    return await send_ask(api, ask, "POST", target, body, call, bound)
-
-
-async def send_ask(
-    api: ApiParts, ask: Ask, method: str, target: str, body: bytes | None, call: Call, bound: int
-) -> Response | Failure | None:
-    """Send a read of some partitions to the node `ask` names: to their active as it is
-    (None: unreachable, after a pause, worth another try), or to a stand-in with the internal
-    lag `bound` (own replica or 503 at once; None: unreachable)."""
-    if not ask.as_stand_in:
-        return await api.locator.forward(
-            ask.url, method, target, body, call, on_unreachable=api.metrics.forward_failed
-        )
-    answer = await api.locator.ask(
-        ask.url,
-        method,
-        fallback_target(target, bound),
-        body,
-        call,
-        api.settings.active_timeout_s,
-    )
-    if isinstance(answer, Unreachable):
-        api.metrics.forward_failed(answer)
-        return None
-    return answer

@@ -300,7 +300,7 @@ class KeyPath(Beyond):
             return False
         # A partial, not a closure: cheaper to make and to drop, at every forward.
         on_answer = partial(self._forwarded, pending, reply, carry_on)
-        # As `answer_single` asks the active: `Locator.ask` with at most active_timeout_s.
+        # As the read loop asks an active: at most active_timeout_s.
         budget_s = ask_budget(call, self._settings.active_timeout_s)
         return self._forwarder.send_now(
             owner, call.target, hops=call.hops, budget_s=budget_s, on_answer=on_answer

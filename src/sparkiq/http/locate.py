@@ -11,10 +11,7 @@ active cannot answer, `stand_in` and `standby_urls` name the replicas that may a
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.topology import TopicPartition
@@ -156,17 +153,6 @@ class Locator:
         """Other nodes that follow `tp` as standbys (or warm up on it)."""
         return standby_urls(self.view.placement(tp), self.view.url)
 
-    def resolve_or_stand_in(
-        self, tp: TopicPartition, call: Call, *, active_failed: bool = False
-    ) -> LocalReplica | str | Failure:
-        """`resolve`, but a local replica within the call's bound stands in for an active
-        that cannot answer (`active_failed`: it was just unreachable or answered 503)."""
-        found = self.resolve(tp, call.max_lag)
-        if isinstance(found, LocalReplica) or (isinstance(found, str) and not active_failed):
-            return found
-        local = self.stand_in(tp, call.stand_in_bound(self.settings))
-        return found if local is None else local
-
     async def wait(self, call: Call, at_most_s: float) -> bool:
         """Wait for the view to change (at most `at_most_s`); False once the budget is spent."""
         remaining = call.remaining()
@@ -189,29 +175,6 @@ class Locator:
             "disagree on the owner (a rebalance in progress?), retry shortly",
         )
 
-    async def forward(
-        self,
-        url: str,
-        method: str,
-        target: str,
-        body: bytes | None,
-        call: Call,
-        *,
-        on_unreachable: Callable[[Unreachable], None] | None = None,
-    ) -> Response | Failure | None:
-        """Ask the owner once. None = unreachable and worth another try after a pause.
-
-        `on_unreachable` hears of a forward that got no answer (the forward error metrics).
-        """
-        result = await self.ask(url, method, target, body, call)
-        if isinstance(result, Unreachable):
-            if on_unreachable is not None:
-                on_unreachable(result)
-            if await self.wait(call, self.settings.reconnect_pause_s):
-                return None
-            return self.gave_up(call, f"owner {url} is unreachable ({result.message})")
-        return result
-
     async def ask(
         self,
         url: str,
@@ -230,63 +193,3 @@ class Locator:
         return await self.forwarder.send(
             url, method, target, body, hops=call.hops, budget_s=ask_budget(call, at_most_s)
         )
-
-
-class Ask(NamedTuple):
-    """A node to ask for some partitions: their active, or (`as_stand_in`) a standby asked
-    to answer from its own replica within the call's lag bound."""
-
-    url: str
-    as_stand_in: bool
-
-
-class PartitionRoutes:
-    """Where each partition of one multi-partition read (multi-get, range, probes) is read,
-    round after round, as `failover.answer_single` does for one partition:
-
-    1. this node's replica if it may answer (`Locator.resolve`), else the active;
-    2. once the active got no answer or a 503 (`unanswered`): a replica within the bound, this
-       node's first, then each other standby in turn (`Ask.as_stand_in`), then the active
-       again;
-    3. nobody: wait (None; `last_why` says why) for the view to change, within the budget.
-
-    A read that another node asked of this one as a stand-in (`Call.fallback_lag`) reads its
-    own replicas or fails at once.
-    """
-
-    def __init__(self, locator: Locator, call: Call) -> None:
-        self._locator = locator
-        self._call = call
-        self._failed_actives: set[TopicPartition] = set()
-        self._tried: dict[TopicPartition, set[str]] = defaultdict(set)  # stand-ins asked in vain
-        self.bound = call.stand_in_bound(locator.settings)
-        self.last_why = ""
-
-    def route(self, tp: TopicPartition) -> LocalReplica | Ask | Failure | None:
-        """This round's replica for `tp`: read here, ask a node, fail now, or wait (None)."""
-        call, locator = self._call, self._locator
-        if call.fallback_lag is not None:
-            return locator.local_only(tp, call.fallback_lag)
-        failed = tp in self._failed_actives
-        found = locator.resolve_or_stand_in(tp, call, active_failed=failed)
-        if isinstance(found, LocalReplica):
-            return found
-        if isinstance(found, str):
-            if failed:
-                tried = self._tried[tp]
-                untried = [u for u in locator.standby_urls(tp) if u not in tried]
-                if untried:
-                    return Ask(untried[0], True)
-                tried.clear()  # all asked: the active again, then them again
-            return Ask(found, False)
-        self.last_why = found.message
-        return None
-
-    def unanswered(self, ask: Ask, tps: Iterable[TopicPartition]) -> None:
-        """`ask` got no answer, or a 503, for `tps`: the next round asks someone else."""
-        if ask.as_stand_in:
-            for tp in tps:
-                self._tried[tp].add(ask.url)
-        else:
-            self._failed_actives.update(tps)
-        self.last_why = f"{ask.url} is unreachable or unavailable"

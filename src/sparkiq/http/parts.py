@@ -1,4 +1,4 @@
-"""What the read paths (key path, fan-out, failover, gather) use of the node's API.
+"""What the read paths (key path, read loop, fan-out, gather) use of the node's API.
 
 `HttpApi` builds these parts and hands itself to the modules that answer reads; they see it
 through this protocol, so none of them imports the API module (which imports them).
@@ -41,7 +41,7 @@ class ApiParts(Protocol):
         tp: TopicPartition,
         call: Call,
         read: Callable[[LocalReplica], Answer],
-        found: LocalReplica | str | Failure | None = None,
+        found: str | Failure | None = None,
         asked: Response | Unreachable | None = None,
     ) -> Answer:
         """A single-partition GET: a local replica read, or the owner's answer as it is."""

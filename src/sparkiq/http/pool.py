@@ -368,7 +368,7 @@ class PoolForwarder:
     forward's cost, and this saves all but one pair per batch on both nodes. The price: an
     answer the owner holds back (a partition it is restoring) holds back the ones behind it
     on that connection, within the request budget. `send` (multi-gets, range pages, the
-    failover loop) takes a connection of its own.
+    read loop) takes a connection of its own.
     """
 
     def __init__(

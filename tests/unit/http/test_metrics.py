@@ -1,7 +1,7 @@
 """HTTP metrics: request series, forward errors by reason and target (http/metrics.py).
 
 Forward errors are counted where the HTTP layer meets an `Unreachable`: a key read whose
-active is down (failover), a multi-get and a range whose owner is down (fanout). Real
+active is down, a multi-get and a range whose owner is down (all in the read loop). Real
 servers (`HttpServer`) on loopback; a dead node is a free port nobody listens on.
 """
 
@@ -123,11 +123,11 @@ async def test_forwards_to_a_dead_node_are_counted(stack: AsyncExitStack) -> Non
         r = await client.get("/v1/tables/users/keys/alice")
         assert r.status_code == 503
         after_key = metrics.forward_errors(ForwardError.REFUSED)
-        assert after_key >= 1  # failover: the active, asked and asked again until the budget
+        assert after_key >= 1  # the active, asked and asked again until the budget
         r = await client.post("/v1/tables/users/multi-get", json={"keys": ["alice", "bob"]})
         assert r.status_code == 503
         after_multi = metrics.forward_errors(ForwardError.REFUSED)
-        assert after_multi > after_key  # fanout: the owner of each group of keys
+        assert after_multi > after_key  # the owner of each group of keys
         r = await client.get("/v1/tables/users/range")
         assert r.status_code == 503
         assert metrics.forward_errors(ForwardError.REFUSED) > after_multi  # fanout: range

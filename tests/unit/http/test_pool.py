@@ -214,7 +214,7 @@ async def test_owner_closing_mid_pipeline_leaves_the_rest_to_ask_again(owner: Ow
     answers = await ask_all(pool, owner, [f"/k/{i}" for i in range(4)])
     assert body_of(answers["/k/0"]) == echo("/k/0")
     assert body_of(answers["/k/1"]) == echo("/k/1")
-    # No answer of theirs began: None, i.e. "ask again" (the key path's failover loop does).
+    # No answer of theirs began: None, i.e. "ask again" (the read loop does).
     assert answers["/k/2"] is None
     assert answers["/k/3"] is None
     # `send` asks again on a new connection by itself.
@@ -267,7 +267,7 @@ def test_depth_must_be_positive() -> None:
 async def test_callbacks_run_in_their_requests_context_and_one_failing_spares_the_rest(
     owner: Owner,
 ) -> None:
-    # A callback may forward again (the key path's failover), and a forward carries the request
+    # A callback may forward again (the read loop), and a forward carries the request
     # id and credentials of the request's own context: it must not see a later request's.
     pool = PoolForwarder(pipeline_depth=16)
     await warm(pool, owner, 1)

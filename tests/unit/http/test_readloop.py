@@ -1,4 +1,4 @@
-"""Reads whose active cannot answer: standbys stand in, within a lag bound (http/failover.py).
+"""Reads whose active cannot answer: standbys stand in, within a lag bound (http/readloop.py).
 
 Real servers (`HttpServer`) on loopback; a dead active is a free port nobody listens on.
 """
@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from sparkiq.core.partitioner import partition_for
-from sparkiq.core.tables import TableDef
+from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.dev.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
@@ -161,3 +161,86 @@ async def test_multi_get_asks_a_remote_standby_for_a_dead_active(stack: AsyncExi
     assert r.json()["offsets"] == {str(TP[1]): 40}
     assert r.json()["standby"] is True
     assert standby_server.api.metrics.count("multi_get", Outcome.STANDBY) == 1
+
+
+def standby_of_every_partition(me: str, active: str | None, table: TableDef) -> StaticView:
+    """A view in which `me` follows every partition of `table` as a standby (offset 40)."""
+    view = StaticView(me, [table])
+    for p in range(table.partitions):
+        view.set_placement((table.topic, p), active, [me], store=DictStore(), offset=40, lag=5)
+    return view
+
+
+async def test_a_range_asks_remote_standbys_for_a_dead_active(stack: AsyncExitStack) -> None:
+    asker, standby, dead = url(), url(), url()
+    ask_view = StaticView(asker, [USERS])
+    for p in range(USERS.partitions):
+        ask_view.set_placement((USERS.topic, p), dead, [standby])
+    await start(stack, ask_view)
+    standby_side = standby_of_every_partition(standby, dead, USERS)
+    keys = [f"user-{i}" for i in range(20)]
+    for key in keys:
+        put_value(standby_side, USERS, key, {"n": key})
+    standby_server = await start(stack, standby_side)
+    r = await get(asker, "/v1/tables/users/range?limit=100")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert sorted(i["key"] for i in body["items"]) == sorted(keys)
+    assert body["standby"] is True
+    assert body["offsets"] == {str(p): 40 for p in range(USERS.partitions)}
+    assert standby_server.api.metrics.count("range", Outcome.STANDBY) == 1
+
+
+async def test_with_no_active_in_the_map_remote_standbys_answer_every_read(
+    stack: AsyncExitStack,
+) -> None:
+    windowed = TableDef("clicks", "clicks-changelog", 2, kind=TableKind.WINDOWED, window_size_ms=60)
+    asker, standby = url(), url()
+    ask_view = StaticView(asker, [USERS, windowed])
+    for table in (USERS, windowed):
+        for p in range(table.partitions):
+            ask_view.set_placement((table.topic, p), None, [standby])
+    await start(stack, ask_view)
+    standby_side = standby_of_every_partition(standby, None, USERS)
+    standby_side.add_table(windowed)
+    for p in range(windowed.partitions):
+        standby_side.set_placement(
+            (windowed.topic, p), None, [standby], store=DictStore(), offset=7, lag=0
+        )
+    put_value(standby_side, USERS, KEY, {"v": 1})
+    put_value(standby_side, windowed, KEY, {"clicks": 3}, window_start=120)
+    await start(stack, standby_side)
+
+    key = await get(asker)
+    assert key.status_code == 200, key.text
+    assert (key.json()["value"], key.json()["node"]) == ({"v": 1}, standby)
+    wins = await get(asker, f"/v1/tables/clicks/keys/{KEY}/windows")
+    assert wins.status_code == 200, wins.text
+    assert [(w["start"], w["value"]) for w in wins.json()["items"]] == [(120, {"clicks": 3})]
+    async with httpx.AsyncClient(base_url=asker, timeout=5.0) as client:
+        multi = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY]})
+    assert multi.status_code == 200, multi.text
+    assert multi.json()["items"] == [{"key": KEY, "value": {"v": 1}}]
+    page = await get(asker, "/v1/tables/users/range")
+    assert page.status_code == 200, page.text
+    assert [i["key"] for i in page.json()["items"]] == [KEY]
+
+
+async def test_past_the_hop_limit_a_local_stand_in_answers_every_read(
+    stack: AsyncExitStack,
+) -> None:
+    me, active = url(), url()
+    view = standby_of_every_partition(me, active, USERS)
+    put_value(view, USERS, KEY, {"v": 1})
+    await start(stack, view)
+    hops = {"x-sparkiq-hops": str(SETTINGS.hop_limit)}
+    async with httpx.AsyncClient(base_url=me, timeout=5.0, headers=hops) as client:
+        multi = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY]})
+        page = await client.get("/v1/tables/users/range")
+    # The active was never asked (it would be one hop too many): this node's standbys read.
+    assert multi.status_code == 200, multi.text
+    assert multi.json()["items"] == [{"key": KEY, "value": {"v": 1}}]
+    assert multi.json()["standby"] is True
+    assert page.status_code == 200, page.text
+    assert [i["key"] for i in page.json()["items"]] == [KEY]
+    assert page.json()["standby"] is True
