@@ -9,6 +9,9 @@ import pytest
 
 from sparkiq.dev.broker import DevBroker, free_port
 
+# The shared helpers (some are plugins of their test modules) get pytest's assert messages.
+pytest.register_assert_rewrite("tests.support")
+
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[DevBroker]:

@@ -37,6 +37,8 @@ string key also meets longer keys that start with it: callers compare the split 
 
 Errors: text or JSON that does not parse raises `KeyFormatError` naming the table and its key
 format; wire bytes that do not decode raise `FormatError`. Size limits are the HTTP layer's.
+
+Value codecs are in `sparkiq.core.value_codecs`, built on the helpers here.
 """
 
 from __future__ import annotations
@@ -60,27 +62,26 @@ from sparkiq.core.tables import Format, TableDef
 
 __all__ = [
     "KeyCodec",
-    "ValueCodec",
     "key_codec",
     "split_window_store_key",
     "split_window_wire_key",
-    "value_codec",
     "window_store_key",
     "window_wire_key",
 ]
 
+# Public names left out of __all__ are helpers shared with the value codecs.
 _DECIMAL = re.compile(r"-?[0-9]+", re.ASCII)
-_LONG = struct.Struct(">q")
-_INT = struct.Struct(">i")
+LONG = struct.Struct(">q")
+INT = struct.Struct(">i")
 _SIGN64 = 1 << 63
 _SIGN32 = 1 << 31
 
 
-def _shorten(text: str, limit: int = 60) -> str:
+def shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _b64url(data: bytes) -> str:
+def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
@@ -91,17 +92,17 @@ def _from_b64(text: str) -> bytes:
     return base64.b64decode(s, validate=True)
 
 
-def _to_jsonable(value: object) -> object:
+def to_jsonable(value: object) -> object:
     if isinstance(value, bytes | bytearray | memoryview):
-        return _b64url(bytes(value))
+        return b64url(bytes(value))
     if isinstance(value, Decimal):
         return str(value)
     raise TypeError(f"cannot show a {type(value).__name__} as JSON")
 
 
-def _jsonable(value: object) -> object:
+def jsonable(value: object) -> object:
     """A plain JSON-able copy of a decoded Avro datum (bytes, decimals, dates converted)."""
-    return orjson.loads(orjson.dumps(value, default=_to_jsonable))
+    return orjson.loads(orjson.dumps(value, default=to_jsonable))
 
 
 # --------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ class KeyCodec(ABC):
     def _bad(self, shown: object, what: str, hint: str = "") -> KeyFormatError:
         text = shown if isinstance(shown, str) else repr(shown)
         msg = (
-            f"key {_shorten(text)!r} is not {what}; table {self.table_name!r} has "
+            f"key {shorten(text)!r} is not {what}; table {self.table_name!r} has "
             f"{self.format.value} keys"
         )
         return KeyFormatError(msg + (f" ({hint})" if hint else ""))
@@ -216,13 +217,13 @@ class _FixedIntKeyCodec(KeyCodec):
 
 class LongKeyCodec(_FixedIntKeyCodec):
     format = Format.LONG
-    _struct = _LONG
+    _struct = LONG
     _noun = "a long"
 
 
 class IntKeyCodec(_FixedIntKeyCodec):
     format = Format.INT
-    _struct = _INT
+    _struct = INT
     _noun = "an int"
 
 
@@ -254,7 +255,7 @@ class AvroKeyCodec(KeyCodec):
 
     def __init__(self, table_name: str, schema: str) -> None:
         super().__init__(table_name)
-        self._schema = _parse_avro_schema(table_name, "key_schema", schema)
+        self._schema = parse_avro_schema(table_name, "key_schema", schema)
 
     def parse_text(self, text: str) -> bytes:
         try:
@@ -265,14 +266,14 @@ class AvroKeyCodec(KeyCodec):
 
     def parse_json(self, value: object) -> bytes:
         try:
-            return _avro_encode(self._schema, value)
+            return avro_encode(self._schema, value)
         except (ValidationError, ValueError, TypeError) as exc:
             raise self._bad(
                 orjson.dumps(value, default=repr).decode(), "a datum of the key schema", str(exc)
             ) from exc
 
     def render(self, wire: bytes) -> object:
-        return _jsonable(_avro_decode(self._schema, wire, self.table_name, "key"))
+        return jsonable(avro_decode(self._schema, wire, self.table_name, "key"))
 
 
 class BytesKeyCodec(KeyCodec):
@@ -290,151 +291,14 @@ class BytesKeyCodec(KeyCodec):
         return self.parse_text(value)
 
     def render(self, wire: bytes) -> object:
-        return _b64url(wire)
-
-
-# --------------------------------------------------------------------------------------
-# Values
-
-
-class ValueCodec(ABC):
-    """Shows a table's values as JSON and encodes values for producers and the Spark sink."""
-
-    format: Format
-
-    def __init__(self, table_name: str) -> None:
-        self.table_name = table_name
-
-    def _undecodable(self, wire: bytes, why: object) -> FormatError:
-        return FormatError(
-            f"a value of table {self.table_name!r} ({len(wire)} bytes) is not "
-            f"{self.format.value}: {why}; check the serializer that writes its changelog"
-        )
-
-    def _unencodable(self, value: object, why: object = "") -> FormatError:
-        return FormatError(
-            f"cannot encode {_shorten(repr(value))} as a {self.format.value} value of table "
-            f"{self.table_name!r}" + (f": {why}" if why else "")
-        )
-
-    @abstractmethod
-    def render(self, wire: bytes) -> object:
-        """The JSON-able form of a value in answers."""
-
-    def render_json(self, wire: bytes) -> bytes:
-        """The value as JSON bytes, ready to embed in a response body."""
-        return orjson.dumps(self.render(wire))
-
-    @abstractmethod
-    def encode(self, value: object) -> bytes:
-        """The wire bytes of *value* (what a producer writes)."""
-
-
-class StringValueCodec(ValueCodec):
-    format = Format.STRING
-
-    def render(self, wire: bytes) -> object:
-        return wire.decode("utf-8", errors="replace")
-
-    def encode(self, value: object) -> bytes:
-        if not isinstance(value, str):
-            raise self._unencodable(value, "expected a str")
-        return value.encode("utf-8")
-
-
-class _FixedIntValueCodec(ValueCodec):
-    _struct: struct.Struct
-
-    def render(self, wire: bytes) -> object:
-        if len(wire) != self._struct.size:
-            raise self._undecodable(wire, f"expected {self._struct.size} bytes")
-        return int.from_bytes(wire, "big", signed=True)
-
-    def encode(self, value: object) -> bytes:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._unencodable(value, "expected an int")
-        try:
-            return self._struct.pack(value)
-        except struct.error as exc:
-            raise self._unencodable(value, exc) from exc
-
-
-class LongValueCodec(_FixedIntValueCodec):
-    format = Format.LONG
-    _struct = _LONG
-
-
-class IntValueCodec(_FixedIntValueCodec):
-    format = Format.INT
-    _struct = _INT
-
-
-class JsonValueCodec(ValueCodec):
-    format = Format.JSON
-
-    def render(self, wire: bytes) -> object:
-        try:
-            return orjson.loads(wire)
-        except orjson.JSONDecodeError as exc:
-            raise self._undecodable(wire, exc) from exc
-
-    def render_json(self, wire: bytes) -> bytes:
-        # Passing the wire bytes through unchecked is not safe: a producer's bad record
-        # (truncated, two documents, invalid UTF-8) would break the whole response body.
-        # orjson.loads validates fully (one document, strict UTF-8, no NaN); once it has,
-        # the original bytes are safe to embed and re-serialising would only cost time.
-        try:
-            orjson.loads(wire)
-        except orjson.JSONDecodeError as exc:
-            raise self._undecodable(wire, exc) from exc
-        return wire
-
-    def encode(self, value: object) -> bytes:
-        try:
-            return orjson.dumps(value)
-        except TypeError as exc:
-            raise self._unencodable(value, exc) from exc
-
-
-class AvroValueCodec(ValueCodec):
-    format = Format.AVRO
-
-    def __init__(self, table_name: str, schema: str) -> None:
-        super().__init__(table_name)
-        self._schema = _parse_avro_schema(table_name, "value_schema", schema)
-
-    def render(self, wire: bytes) -> object:
-        return _jsonable(_avro_decode(self._schema, wire, self.table_name, "value"))
-
-    def render_json(self, wire: bytes) -> bytes:
-        return orjson.dumps(
-            _avro_decode(self._schema, wire, self.table_name, "value"), default=_to_jsonable
-        )
-
-    def encode(self, value: object) -> bytes:
-        try:
-            return _avro_encode(self._schema, value)
-        except (ValidationError, ValueError, TypeError) as exc:
-            raise self._unencodable(value, exc) from exc
-
-
-class BytesValueCodec(ValueCodec):
-    format = Format.BYTES
-
-    def render(self, wire: bytes) -> object:
-        return _b64url(wire)
-
-    def encode(self, value: object) -> bytes:
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise self._unencodable(value, "expected bytes")
-        return bytes(value)
+        return b64url(wire)
 
 
 # --------------------------------------------------------------------------------------
 # Avro helpers
 
 
-def _parse_avro_schema(table_name: str, field: str, schema: str) -> Any:
+def parse_avro_schema(table_name: str, field: str, schema: str) -> Any:
     try:
         return fastavro.parse_schema(orjson.loads(schema))
     except Exception as exc:  # fastavro raises several unrelated types for bad schemas
@@ -444,7 +308,7 @@ def _parse_avro_schema(table_name: str, field: str, schema: str) -> Any:
         ) from exc
 
 
-def _avro_encode(schema: Any, value: object) -> bytes:
+def avro_encode(schema: Any, value: object) -> bytes:
     # fastavro's writer silently truncates some mismatches (1.5 written as int 1), which
     # would produce the wrong wire bytes for a key: validate first.
     validate(value, schema, raise_errors=True)
@@ -453,7 +317,7 @@ def _avro_encode(schema: Any, value: object) -> bytes:
     return out.getvalue()
 
 
-def _avro_decode(schema: Any, wire: bytes, table_name: str, what: str) -> object:
+def avro_decode(schema: Any, wire: bytes, table_name: str, what: str) -> object:
     buf = io.BytesIO(wire)
     try:
         datum = fastavro.schemaless_reader(buf, schema, None)
@@ -492,25 +356,6 @@ def key_codec(table: TableDef) -> KeyCodec:
     return BytesKeyCodec(name)
 
 
-@lru_cache(maxsize=1024)
-def value_codec(table: TableDef) -> ValueCodec:
-    """The value codec of *table* (cached per table definition)."""
-    fmt = table.value_format
-    name = table.name
-    if fmt is Format.STRING:
-        return StringValueCodec(name)
-    if fmt is Format.LONG:
-        return LongValueCodec(name)
-    if fmt is Format.INT:
-        return IntValueCodec(name)
-    if fmt is Format.JSON:
-        return JsonValueCodec(name)
-    if fmt is Format.AVRO:
-        assert table.value_schema is not None  # TableDef validates it
-        return AvroValueCodec(name, table.value_schema)
-    return BytesValueCodec(name)
-
-
 # --------------------------------------------------------------------------------------
 # Windowed keys
 
@@ -522,7 +367,7 @@ def _window_start_error(start_ms: int) -> FormatError:
 def window_wire_key(key_wire: bytes, start_ms: int) -> bytes:
     """Changelog record key of one window: key wire bytes + 8-byte big-endian start (ms)."""
     try:
-        return key_wire + _LONG.pack(start_ms)
+        return key_wire + LONG.pack(start_ms)
     except struct.error as exc:
         raise _window_start_error(start_ms) from exc
 
@@ -534,7 +379,7 @@ def split_window_wire_key(wire: bytes) -> tuple[bytes, int]:
             f"a windowed record key has {len(wire)} bytes, fewer than the 8-byte window "
             "start; the changelog was not written as a windowed table"
         )
-    return wire[:-8], _LONG.unpack_from(wire, len(wire) - 8)[0]
+    return wire[:-8], LONG.unpack_from(wire, len(wire) - 8)[0]
 
 
 def window_store_key(key_store: bytes, start_ms: int) -> bytes:

@@ -17,9 +17,10 @@ import orjson
 
 from sparkiq.core.partitioner import PlaceFn
 from sparkiq.core.queries import Failure, FailureReason
-from sparkiq.core.serde import KeyCodec, ValueCodec
+from sparkiq.core.serde import KeyCodec
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
+from sparkiq.core.value_codecs import ValueCodec
 from sparkiq.http.later import Counted, Runner
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response

@@ -14,13 +14,14 @@ from urllib.parse import parse_qsl, unquote
 
 from sparkiq.core.errors import KeyFormatError
 from sparkiq.core.queries import Failure, FailureReason
-from sparkiq.core.serde import KeyCodec, ValueCodec, key_codec, value_codec
+from sparkiq.core.serde import KeyCodec, key_codec
 from sparkiq.core.tables import TableDef
+from sparkiq.core.value_codecs import ValueCodec, value_codec
 
 Params = dict[str, str]
 
-# Codecs by table object: serde caches them by TableDef, whose hash walks every field; this
-# is looked up on every request. A changed definition is a new object and gets new codecs.
+# Codecs by table object: the factories cache them by TableDef, whose hash walks every field;
+# this is looked up on every request. A changed definition is a new object and gets new codecs.
 _CODECS: dict[int, tuple[TableDef, KeyCodec, ValueCodec]] = {}
 
 

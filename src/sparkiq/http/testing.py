@@ -14,9 +14,10 @@ import contextlib
 from collections.abc import Iterable, Sequence
 
 from sparkiq.core.queries import ReplicaRole
-from sparkiq.core.serde import key_codec, value_codec, window_store_key
+from sparkiq.core.serde import key_codec, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
+from sparkiq.core.value_codecs import value_codec
 from sparkiq.http.view import Placement, ReadableStore
 
 

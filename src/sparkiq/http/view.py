@@ -17,7 +17,7 @@ __all__ = ["NodeView", "Placement", "ReadableStore"]
 
 
 class ReadableStore(Protocol):
-    """The read side of `sparkiq.node.store.PartitionStore`: all the HTTP layer ever calls.
+    """The read side of `sparkiq.node.partitionstore.PartitionStore`: all the HTTP layer ever calls.
 
     Typing the view against this instead of the concrete class lets tests serve from small
     dict-backed stores, and keeps the HTTP layer from reaching for the write methods.

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Container, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,20 +22,17 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.node.membership import GroupMember
-from sparkiq.node.restore import PartitionStatus, ReplicaState, Restorer
+from sparkiq.node.metadata import describe_local, describe_map
+from sparkiq.node.rebalance import RebalanceAsker
+from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
 from sparkiq.node.store import StoreRegistry
 
 if TYPE_CHECKING:
-    from sparkiq.node.store import PartitionStore
+    from sparkiq.node.partitionstore import PartitionStore
 
 log = logging.getLogger("sparkiq.node.node")
 
-# How often a node with warming partitions checks whether one has caught up.
-_WARMUP_CHECK_S = 1.0
-# A rebalance asked for and not begun (no new generation) after twice the session timeout,
-# and at least this long, is asked for again.
-_REASK_MIN_S = 10.0
 # A module constant for the key path: on Python 3.11 `ReplicaState.ACTIVE` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _ACTIVE = ReplicaState.ACTIVE
@@ -57,10 +54,6 @@ class Node:
         self._catalog_loaded = False
         self._left = False
         self._tasks: set[asyncio.Future[None]] = set()
-        self._rebalance_asked_for = -2  # generation for which a warm-up rebalance was asked
-        self._rebalance_asked_at = 0.0  # monotonic time it was last asked
-        # How long an asked-for rebalance may take to begin before it is asked for again.
-        self._reask_s = max(_REASK_MIN_S, 2 * settings.session_timeout_ms / 1000)
         self._started_at = time.time()
         self.node_id = load_node_id(settings.state_dir)
         self._refused_url: str | None = None  # set while the group refused this node's URL
@@ -71,9 +64,6 @@ class Node:
         self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
         # Rebuilds of each local replica when last seen: a rebuilt store starts afresh.
         self._rebuilds: dict[TopicPartition, int] = {}
-        self._faults_seen = 0  # the restorer's storage faults, when last acted on
-        # Replicas whose misplaced count was shared once they had caught up.
-        self._misplaced_final: set[TopicPartition] = set()
         self.registry = StoreRegistry(settings.state_dir)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -100,6 +90,15 @@ class Node:
             # The catalog keeps the node in the group; its partition is nobody's to serve.
             unassigned_topics=(settings.catalog_topic,),
             security=settings.kafka_config,
+        )
+        self._rebalances = RebalanceAsker(
+            self._url,
+            self.restorer,
+            cluster_map=lambda: self._map,
+            topics=lambda: self._by_topic,
+            request=self.member.request_rebalance,
+            acceptable_lag=settings.acceptable_lag,
+            session_timeout_ms=settings.session_timeout_ms,
         )
 
     # ---- NodeView -------------------------------------------------------------------
@@ -207,12 +206,6 @@ class Node:
             total += max(shared.get(tp, 0), st.misplaced if st is not None else 0)
         return total
 
-    def _misplaced_unshared(self) -> set[TopicPartition]:
-        """Local replicas whose misplaced records the cluster map should learn of."""
-        return misplaced_to_share(
-            self.restorer.statuses(), self._map.misplaced, self._misplaced_final, self._by_topic
-        )
-
     @property
     def cluster_map(self) -> ClusterMap:
         """The assignment of the group generation this node last joined (for the metrics)."""
@@ -273,52 +266,7 @@ class Node:
             await asyncio.wait_for(event.wait(), timeout=max(timeout_s, 0.0))
 
     def metadata(self) -> dict[str, object]:
-        partitions: list[dict[str, object]] = []
-        per_node: dict[str, dict[str, list[list[object]]]] = {}
-        for (topic, p), owners in sorted(self._map.owners.items()):
-            table = self._by_topic.get(topic)
-            if table is None:
-                continue
-            partitions.append(
-                {
-                    "table": table.name,
-                    "topic": topic,
-                    "partition": p,
-                    "active": owners.active,
-                    "standbys": list(owners.standbys),
-                    "warming": list(owners.warming),
-                    "lags": {
-                        url: lag
-                        for url in (owners.active, *owners.standbys, *owners.warming)
-                        if url and (lag := self._map.nodes.get(url, {}).get((topic, p))) is not None
-                    },
-                    "misplaced": self._map.misplaced.get((topic, p), 0),
-                }
-            )
-            entry: list[object] = [table.name, p]
-            if owners.active:
-                per_node.setdefault(owners.active, {}).setdefault("active", []).append(entry)
-            for url in owners.standbys:
-                per_node.setdefault(url, {}).setdefault("standby", []).append(entry)
-            for url in owners.warming:
-                per_node.setdefault(url, {}).setdefault("warming", []).append(entry)
-        nodes = []
-        for url in sorted(self._map.urls() | set(per_node)):
-            roles = per_node.get(url, {})
-            reported = self._map.nodes.get(url, {})
-            nodes.append(
-                {
-                    "url": url,
-                    "active": roles.get("active", []),
-                    "standby": roles.get("standby", []),
-                    "warming": roles.get("warming", []),
-                    "lags": {
-                        f"{self._by_topic[t].name}/{p}": lag
-                        for (t, p), lag in sorted(reported.items())
-                        if t in self._by_topic
-                    },
-                }
-            )
+        partitions, nodes = describe_map(self._map, self._by_topic)
         return {
             "node": self._url,
             "generation": self._map.generation,
@@ -332,31 +280,12 @@ class Node:
             "tables": [self.table_summary(t) for t in self.tables()],
             "partitions": partitions,
             "nodes": nodes,
-            "local": self._local_replicas(),
+            "local": describe_local(self.restorer.statuses(), self._by_topic),
         }
 
     def table_summary(self, table: TableDef) -> dict[str, object]:
         """`table`'s public description with the misplaced records the cluster found."""
         return {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
-
-    def _local_replicas(self) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
-        for tp, st in sorted(self.restorer.statuses().items()):
-            table = self._by_topic.get(tp[0])
-            out.append(
-                {
-                    "table": table.name if table else st.table,
-                    "partition": tp[1],
-                    "state": st.state.value,
-                    "position": st.position,
-                    "end": st.end,
-                    "lag": st.lag,
-                    "misplaced": st.misplaced,
-                    "fault": st.fault,
-                    "rebuilds": st.rebuilds,
-                }
-            )
-        return out
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -374,45 +303,7 @@ class Node:
 
     async def run_background(self) -> None:
         """Periodic work: ask for a rebalance once a warming partition has caught up."""
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=_WARMUP_CHECK_S)
-            if self._stopping.is_set():
-                return
-            warmed_up = self._warmup_done()
-            unshared = self._misplaced_unshared()
-            faults = self.restorer.storage_faults
-            faulted = faults != self._faults_seen
-            if not (warmed_up or unshared or faulted):
-                continue
-            now, generation = time.monotonic(), self._map.generation
-            asked_for = self._rebalance_asked_for
-            if rebalance_due(asked_for, self._rebalance_asked_at, generation, now, self._reask_s):
-                self._rebalance_asked_for, self._rebalance_asked_at = generation, now
-                if faulted:
-                    # A replica rebuilt from scratch: the others may serve it meanwhile.
-                    self._faults_seen = faults
-                    why = "a local store failed (see above)"
-                elif warmed_up:
-                    why = "warm-up caught up"
-                else:
-                    why = "misplaced records found"
-                if asked_for == generation:
-                    log.warning(
-                        "node %s: no new generation %.0f s after asking for a rebalance at"
-                        " generation %d (%s); asking again",
-                        self._url,
-                        self._reask_s,
-                        generation,
-                        why,
-                    )
-                else:
-                    log.info("node %s: %s; asking for a rebalance", self._url, why)
-                self.member.request_rebalance()
-                statuses = self.restorer.statuses()
-                self._misplaced_final.update(
-                    tp for tp in unshared if (st := statuses.get(tp)) and st.lag == 0
-                )
+        await self._rebalances.run(self._stopping)
 
     async def leave(self) -> None:
         """Leave the group at once: the others take over without waiting for a timeout.
@@ -506,16 +397,6 @@ class Node:
         )
         self._notify()
 
-    def _warmup_done(self) -> bool:
-        warming = self._map.warming_of(self._url)
-        if not warming:
-            return False
-        statuses = self.restorer.statuses()
-        return any(
-            (st := statuses.get(tp)) is not None and st.lag <= self.settings.acceptable_lag
-            for tp in warming
-        )
-
     def _notify(self) -> None:
         self._track_replicas()
         self._changed.set()
@@ -577,41 +458,3 @@ def load_node_id(state_dir: Path) -> str:
         text = uuid.uuid4().hex
         path.write_text(text + "\n")
     return text
-
-
-def misplaced_to_share(
-    statuses: Mapping[TopicPartition, PartitionStatus],
-    shared: Mapping[TopicPartition, int],
-    shared_caught_up: Set[TopicPartition],
-    topics: Container[str],
-) -> set[TopicPartition]:
-    """The local replicas (of tables in `topics`) whose misplaced records the cluster map
-    should learn of: a rebalance carries the counts to every node, with the lags.
-
-    One is shared when the map (`shared`) knows of none in its partition (every node must
-    then look further on a miss), when its count has doubled since, and once when it has
-    caught up with the changelog (the count its restore ends with) unless that was done
-    (`shared_caught_up`). A producer that keeps misplacing records so costs a few
-    rebalances over a node's life, not one per record.
-    """
-    found: set[TopicPartition] = set()
-    for tp, st in statuses.items():
-        known = shared.get(tp, 0)
-        if st.misplaced <= known or tp[0] not in topics:
-            continue
-        if known == 0 or st.misplaced >= 2 * known or (st.lag == 0 and tp not in shared_caught_up):
-            found.add(tp)
-    return found
-
-
-def rebalance_due(
-    asked_for: int, asked_at: float, generation: int, now: float, reask_s: float
-) -> bool:
-    """Whether a node whose warm-up has caught up asks for a rebalance now.
-
-    Once per generation of the map; again at the same generation when `reask_s` has passed
-    since it asked and no new generation came. A request that did not lead to a rebalance
-    (the rejoin lost, or answered with the same generation) would otherwise leave the
-    warm-up's partition where it is for good.
-    """
-    return asked_for != generation or now - asked_at >= reask_s

@@ -23,9 +23,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sparkiq.spark.options import FORMAT_NAME
+from sparkiq.spark.rangeread import SCHEMA
 from sparkiq.spark.session import local_session, register_data_sources
 from sparkiq.spark.sink import KafkaBatchWriter, KafkaStreamWriter, SinkOptions
-from sparkiq.spark.source import SCHEMA, KafkaStreamReader, SourceOptions
+from sparkiq.spark.source import KafkaStreamReader, SourceOptions
 
 __all__ = [
     "FORMAT_NAME",

@@ -22,7 +22,7 @@ from sparkiq.node.settings import NodeSettings
 FIELDS = NodeSettings.model_fields
 
 # Options of `serve` that are no field: --kafka-property KEY=VALUE is merged into the
-# kafka_config field (by `cli._kafka_security`).
+# kafka_config field (by `sparkiq.cli.common.kafka_security`).
 NOT_FIELDS = {"kafka_properties"}
 # Fields whose option must be given (no default on the command line; code keeps the model's).
 REQUIRED = {"bootstrap_servers"}

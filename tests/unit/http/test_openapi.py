@@ -45,8 +45,9 @@ from schemathesis.specs.openapi.checks import ignored_auth
 from sparkiq.auth import AuthConfig, Identity
 from sparkiq.auth.apikeys import ApiKeys, digest
 from sparkiq.core.partitioner import partition_for
-from sparkiq.core.serde import key_codec, value_codec
+from sparkiq.core.serde import key_codec
 from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.core.value_codecs import value_codec
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.http import AsgiApp, HttpApi, HttpSettings
 from sparkiq.http import api as api_module

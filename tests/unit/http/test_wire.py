@@ -14,8 +14,9 @@ import httptools
 import pytest
 
 from sparkiq.auth.cluster import ClusterCredential
+from sparkiq.http.forwardconn import _parse_head
 from sparkiq.http.guard import FORWARD_HEADERS
-from sparkiq.http.pool import PoolForwarder, _Origin, _parse_head
+from sparkiq.http.pool import PoolForwarder, _Origin
 from sparkiq.http.requestid import REQUEST_ID
 from sparkiq.http.wire import (
     ANSWER,

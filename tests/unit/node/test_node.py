@@ -12,7 +12,7 @@ import pytest
 
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
-from sparkiq.node.node import Node, load_node_id, misplaced_to_share, rebalance_due
+from sparkiq.node.node import Node, load_node_id
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.settings import NodeSettings
 
@@ -76,53 +76,6 @@ def test_only_a_promoted_standby_stands_in_while_restoring(node: Node) -> None:
     placement = node.placement(TP)
     assert placement.local_lag_known
     assert not placement.is_local_active
-
-
-@pytest.mark.parametrize(
-    ("asked_for", "asked_at", "generation", "now", "due"),
-    [
-        (-2, 0.0, 1, 5.0, True),  # never asked: ask
-        (1, 100.0, 2, 101.0, True),  # asked at an earlier generation: ask at this one
-        (2, 100.0, 2, 101.0, False),  # asked at this generation just now: wait
-        (2, 100.0, 2, 111.9, False),  # not yet reask_s (12 s) later
-        (2, 100.0, 2, 112.0, True),  # no new generation 12 s later: ask again
-    ],
-)
-def test_a_rebalance_is_asked_once_per_generation_and_again_when_none_follows(
-    asked_for: int, asked_at: float, generation: int, now: float, due: bool
-) -> None:
-    assert rebalance_due(asked_for, asked_at, generation, now, reask_s=12.0) is due
-
-
-def _status(tp: TopicPartition, misplaced: int, lag: int) -> PartitionStatus:
-    return PartitionStatus(tp, "t", ReplicaState.ACTIVE, 100 - lag, 100, lag, misplaced)
-
-
-@pytest.mark.parametrize(
-    ("local", "lag", "known", "caught_up_shared", "shared"),
-    [
-        (0, 5, 0, False, False),  # nothing misplaced
-        (3, 5, 0, False, True),  # the map knows none: every node must learn
-        (3, 5, 3, False, False),  # known already
-        (5, 5, 3, False, False),  # more, but neither doubled nor caught up
-        (6, 5, 3, False, True),  # doubled
-        (5, 0, 3, False, True),  # caught up: the restore's final count
-        (5, 0, 3, True, False),  # ... shared once only
-        (7, 0, 3, True, True),  # doubled again
-    ],
-)
-def test_misplaced_counts_are_shared_on_discovery_doubling_and_catching_up(
-    local: int, lag: int, known: int, caught_up_shared: bool, shared: bool
-) -> None:
-    tp = ("topic", 0)
-    found = misplaced_to_share(
-        {tp: _status(tp, local, lag)},
-        {tp: known} if known else {},
-        {tp} if caught_up_shared else set(),
-        {"topic"},
-    )
-    assert found == ({tp} if shared else set())
-    assert not misplaced_to_share({tp: _status(tp, local, lag)}, {}, set(), {"other"})
 
 
 def test_the_node_id_is_kept_in_the_state_dir(tmp_path: Path) -> None:

@@ -15,15 +15,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from sparkiq.core.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
-from sparkiq.spark.source import (
-    KafkaStreamReader,
-    OffsetRange,
-    SourceOptions,
-    cap_offsets,
-    close_pooled_consumers,
-    group_ranges,
-    read_range,
-)
+from sparkiq.spark.rangeread import OffsetRange
+from sparkiq.spark.source import KafkaStreamReader, SourceOptions, cap_offsets, group_ranges
 
 pytest_plugins = ["tests.support.spark"]
 
@@ -131,38 +124,6 @@ def test_reads_every_record_including_the_unreported_tail(
         r.timestamp is not None and r.timestamp.timestamp() * 1000 > started_ms for r in rows
     )
     assert sum(p["numInputRows"] for p in query.recentProgress) == 33
-
-
-def test_a_range_behind_thousands_of_small_batches_is_read_at_once(
-    bootstrap: str, unique_name: Callable[[str], str]
-) -> None:
-    """The dev broker lists a partition's batches from the first one within the fetch's max
-    wait and answers with no records when the wait runs out first: with a 1 ms wait, a range
-    behind a few thousand one-record batches (a few minutes of the demo's live invoices) was
-    never read, and the demo's pipeline failed after pollTimeoutMs."""
-    topic = unique_name("many-batches")
-    create_topic(bootstrap, topic, 1)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
-    count = 6_000
-    for i in range(count):
-        producer.produce(topic, value=str(i).encode(), partition=0)
-        if i % 500 == 499:
-            producer.flush()
-    assert producer.flush(30) == 0
-    options = SourceOptions.parse(
-        {"bootstrap.servers": bootstrap, "subscribe": topic, "pollTimeoutMs": "20000"}
-    )
-    try:
-        started = time.monotonic()
-        for start in (count // 2, count - 10):
-            part = OffsetRange(topic, 0, start, start + 10)
-            batches = list(read_range(options, part))
-            assert [o for b in batches for o in b.column("offset").to_pylist()] == list(
-                range(start, start + 10)
-            )
-        assert time.monotonic() - started < 15
-    finally:
-        close_pooled_consumers()
 
 
 @pytest.mark.spark

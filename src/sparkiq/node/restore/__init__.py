@@ -1,6 +1,7 @@
 """Restores changelog partitions into their stores, follows them, and reports state and lag.
 
 - `restorer`: the `Restorer` (assignment, the restorer thread, applying consumed batches);
+- `healing`: stores whose files failed them, rebuilt from the changelog or reopened;
 - `replica`: one assigned partition's bookkeeping, `ReplicaState` and `PartitionStatus`;
 - `batches`: the per-record loop that turns a consumed batch into store write batches;
 - `fetch`: the consumer's settings and where it stands in each partition;

@@ -4,115 +4,30 @@ import random
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from sparkiq.core.errors import StorageFault
 from sparkiq.core.partitioner import Partitioner, crc32_partition, partition_for
 from sparkiq.core.serde import key_codec, split_window_store_key, window_wire_key
 from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.offsets import probe_consumer
 from sparkiq.node.restore import PartitionStatus, ReplicaState, Restorer
-from sparkiq.node.store import QUARANTINE_DIR, StoreRegistry
-from tests.support.faults import corrupt_ssts
+from tests.support.restore import (
+    Oracle,
+    Tables,
+    all_in,
+    contents,
+    produce,
+    random_records,
+    wait_for,
+)
 
-Oracle = dict[int, dict[bytes, bytes]]
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    records: list[tuple[int, bytes | None, bytes | None]],
-    oracle: Oracle | None = None,
-    *,
-    flush_every: int = 0,
-) -> None:
-    """Produce (partition, key, value) records; mirror them in *oracle*."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i, (partition, key, value) in enumerate(records, 1):
-        producer.produce(topic, key=key, value=value, partition=partition)
-        if oracle is not None and key is not None:
-            if value is None:
-                oracle.setdefault(partition, {}).pop(key, None)
-            else:
-                oracle.setdefault(partition, {})[key] = value
-        if flush_every and i % flush_every == 0:
-            producer.flush()
-    producer.flush()
-
-
-def random_records(
-    partitions: int, n: int, keyspace: int, seed: int
-) -> list[tuple[int, bytes | None, bytes | None]]:
-    rng = random.Random(seed)
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    for i in range(n):
-        k = rng.randrange(keyspace)
-        value = None if rng.random() < 0.15 else f"v{i}".encode()
-        out.append((k % partitions, f"key-{k:05d}".encode(), value))
-    return out
-
-
-def contents(restorer: Restorer, tp: tuple[str, int]) -> dict[bytes, bytes]:
-    store = restorer.store(tp)
-    assert store is not None
-    return dict(store.scan(limit=1_000_000))
-
-
-class Tables:
-    def __init__(self) -> None:
-        self.by_topic: dict[str, TableDef] = {}
-
-    def add(self, table: TableDef) -> TableDef:
-        self.by_topic[table.topic] = table
-        return table
-
-    def __call__(self, topic: str) -> TableDef | None:
-        return self.by_topic.get(topic)
-
-
-@pytest.fixture
-def tables() -> Tables:
-    return Tables()
-
-
-@pytest.fixture
-def make_restorer(
-    bootstrap: str, tables: Tables, tmp_path: Path
-) -> Iterator[Callable[..., Restorer]]:
-    started: list[Restorer] = []
-
-    def make(
-        state_dir: Path | None = None, on_change: Callable[[], None] | None = None
-    ) -> Restorer:
-        registry = StoreRegistry(state_dir or tmp_path / "state")
-        r = Restorer(bootstrap, registry, tables, on_change=on_change)
-        r.start()
-        started.append(r)
-        return r
-
-    yield make
-    for r in started:
-        r.stop()
-
-
-def all_in(restorer: Restorer, tps: list[tuple[str, int]], state: ReplicaState) -> bool:
-    st = restorer.statuses()
-    return all(tp in st and st[tp].state is state for tp in tps)
+pytest_plugins = ["tests.support.restore"]
 
 
 def test_restore_equals_the_oracle(
@@ -314,89 +229,6 @@ def test_null_keys_are_skipped_and_counted(
     st = restorer.status((topic, 0))
     assert st is not None
     assert st.position == 4
-
-
-def test_state_dir_of_another_table_is_moved_aside_and_rebuilt(
-    bootstrap: str,
-    unique_name: Callable[[str], str],
-    tables: Tables,
-    make_restorer: Callable[..., Restorer],
-    tmp_path: Path,
-) -> None:
-    topic = unique_name("mismatch")
-    create_topic(bootstrap, topic, 2)
-    oracle: Oracle = {}
-    produce(bootstrap, topic, random_records(2, 400, 100, seed=5), oracle)
-    old = TableDef(name=topic, topic=topic, partitions=2, key_format=Format.LONG)
-    StoreRegistry(tmp_path / "state").open(old, 1).close()
-    tables.add(TableDef(name=topic, topic=topic, partitions=2, value_format=Format.STRING))
-
-    restorer = make_restorer()
-    tps = [(topic, 0), (topic, 1)]
-    restorer.assign(set(tps), set())
-    wait_for(lambda: all_in(restorer, tps, ReplicaState.ACTIVE), "both partitions active")
-    for tp in tps:
-        assert contents(restorer, tp) == oracle[tp[1]]
-    status = restorer.status((topic, 1))
-    assert status is not None
-    assert status.rebuilds == 1
-    assert restorer.storage_faults == restorer.rebuilds == 1
-    aside = list((tmp_path / "state" / QUARANTINE_DIR).iterdir())
-    assert [p.name.rsplit(".", 1)[0] for p in aside] == [f"{topic}.1"]
-
-
-def test_a_corrupt_store_fails_its_replica_and_is_rebuilt_from_the_changelog(
-    bootstrap: str,
-    unique_name: Callable[[str], str],
-    tables: Tables,
-    make_restorer: Callable[..., Restorer],
-    tmp_path: Path,
-) -> None:
-    topic = unique_name("corrupt")
-    create_topic(bootstrap, topic, 1)
-    tables.add(TableDef(name=topic, topic=topic, partitions=1, value_format=Format.STRING))
-    oracle: Oracle = {}
-    records = [(0, f"key-{i:06d}".encode(), f"value-{i}-".encode() * 20) for i in range(40_000)]
-    produce(bootstrap, topic, records, oracle, flush_every=10_000)
-    tp = (topic, 0)
-    state = tmp_path / "corrupt-state"
-    first = make_restorer(state)
-    first.assign({tp}, set())
-    wait_for(lambda: all_in(first, [tp], ReplicaState.ACTIVE), "first restore", 60)
-    first.stop()
-    assert corrupt_ssts(state / topic / "0", files=3, size=8192) > 0
-
-    changes = threading.Semaphore(0)
-    second = make_restorer(state, on_change=changes.release)
-    second.assign({tp}, set())
-    wait_for(lambda: all_in(second, [tp], ReplicaState.ACTIVE), "reopened", 60)
-    store = second.store(tp)
-    assert store is not None
-    faults = 0
-    for key in sorted(oracle[0]):  # the overwritten blocks are met by some read
-        try:
-            store.get(key)
-        except StorageFault:
-            faults += 1
-            break
-    assert faults == 1
-    # At once: the replica is FAILED, so no reader is handed its store as readable.
-    status = second.status(tp)
-    assert status is not None
-    assert status.state in (ReplicaState.FAILED, ReplicaState.RESTORING), status
-    wait_for(
-        lambda: all_in(second, [tp], ReplicaState.ACTIVE) and second.store(tp) is not store,
-        "rebuilt",
-        60,
-    )
-    assert contents(second, tp) == oracle[0]
-    status = second.status(tp)
-    assert status is not None
-    assert status.rebuilds == 1
-    assert status.fault is None
-    assert second.storage_faults == second.rebuilds == 1
-    assert second.records_applied == len(records)  # all of it again, from the changelog
-    assert len(list((state / QUARANTINE_DIR).iterdir())) == 1
 
 
 def test_long_keys_are_stored_in_numeric_order(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from sparkiq.cli.main import main
+from sparkiq.cli.table import table
 from sparkiq.core.partitioner import Partitioner, fnv1a_partition
 from sparkiq.kafka.admin import create_topic, list_topics
 from sparkiq.kafka.catalog import read_catalog
@@ -17,8 +17,7 @@ Namer = Callable[[str], str]
 
 def create(bootstrap: str, app: str, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(
-        main,
-        ["table", "create", *args, "--bootstrap-servers", bootstrap, "--app", app],
+        table, ["create", *args, "--bootstrap-servers", bootstrap, "--app", app]
     )
     return result.exit_code, result.output
 

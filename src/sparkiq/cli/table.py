@@ -1,0 +1,183 @@
+"""`sparkiq table`: register, list and drop the queryable tables of an app's catalog.
+
+`table create` counts the topic's partitions and, unless told (`--partitioner`), samples the
+topic to tell which partitioner placed its records.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from sparkiq.cli.common import (
+    app_option,
+    bootstrap_option,
+    kafka_security,
+    kafka_security_options,
+    run_command,
+)
+from sparkiq.core.partitioner import Partitioner
+from sparkiq.core.tables import Format, TableDef, TableKind
+
+if TYPE_CHECKING:
+    from sparkiq.kafka.security import KafkaSecurity
+
+_FORMATS = click.Choice([f.value for f in Format])
+
+
+@click.group()
+def table() -> None:
+    """Register, list and drop queryable tables in the catalog."""
+
+
+@table.command("create")
+@click.argument("name")
+@click.option("--topic", required=True, help="Existing keyed topic holding the table's changelog.")
+@click.option("--key-format", type=_FORMATS, default="string", show_default=True)
+@click.option("--value-format", type=_FORMATS, default="json", show_default=True)
+@click.option(
+    "--kind", type=click.Choice([k.value for k in TableKind]), default="kv", show_default=True
+)
+@click.option("--window-size-ms", type=int, default=None, help="Windowed tables: window length.")
+@click.option(
+    "--key-schema",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Avro keys: file with the writer schema (JSON).",
+)
+@click.option(
+    "--value-schema",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Avro values: file with the writer schema (JSON).",
+)
+@click.option("--description", default="", help="Free text shown in GET /v1/tables.")
+@click.option(
+    "--partitioner",
+    type=click.Choice(["auto", *(p.value for p in Partitioner)]),
+    default="auto",
+    show_default=True,
+    help="How the producers placed keys in partitions: murmur2 (Java clients, Kafka Streams, "
+    "Spark, sparkiq), crc32 (librdkafka's default consistent_random: confluent-kafka, "
+    "most Python and C producers), fnv1a (librdkafka fnv1a, Go's Sarama), any (custom or "
+    "unknown: a lookup asks every partition); auto samples the topic and picks the one "
+    "that places every sampled record.",
+)
+@bootstrap_option()
+@app_option()
+@kafka_security_options
+def table_create(
+    name: str,
+    topic: str,
+    key_format: str,
+    value_format: str,
+    kind: str,
+    window_size_ms: int | None,
+    key_schema: Path | None,
+    value_schema: Path | None,
+    description: str,
+    partitioner: str,
+    bootstrap_servers: str,
+    app: str,
+    kafka_config: Path | None,
+    kafka_properties: tuple[str, ...],
+) -> None:
+    """Register topic TOPIC as table NAME: its latest value per key, null values deleting."""
+    from sparkiq.kafka.admin import partition_count
+    from sparkiq.kafka.catalog import register_table
+
+    security = kafka_security(kafka_config, kafka_properties)
+
+    def run() -> None:
+        partitions = partition_count(bootstrap_servers, topic, security=security)
+        kind_ = TableKind(kind)
+        if partitioner == "auto":
+            chosen = _detect_partitioner(
+                bootstrap_servers, topic, partitions, kind_ is TableKind.WINDOWED, security
+            )
+        else:
+            chosen = Partitioner(partitioner)
+        tdef = TableDef(
+            name=name,
+            topic=topic,
+            partitions=partitions,
+            key_format=Format(key_format),
+            value_format=Format(value_format),
+            kind=kind_,
+            window_size_ms=window_size_ms,
+            key_schema=key_schema.read_text() if key_schema else None,
+            value_schema=value_schema.read_text() if value_schema else None,
+            description=description,
+            partitioner=chosen,
+        )
+        register_table(bootstrap_servers, tdef, app=app, security=security)
+        click.echo(
+            f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
+            f"partitioner {chosen.value}"
+        )
+
+    run_command(run)
+
+
+def _detect_partitioner(
+    bootstrap: str, topic: str, partitions: int, windowed: bool, security: KafkaSecurity
+) -> Partitioner:
+    """Sample `topic` and print which partitioner placed its records, and why."""
+    from sparkiq.core.placement import detect
+    from sparkiq.kafka.sample import sample_keys
+
+    click.echo(f"sampling {topic!r} ({partitions} partitions) to tell its partitioner...")
+    samples = sample_keys(bootstrap, topic, partitions, security=security)
+    if windowed:  # a windowed key ends with its 8-byte window start; the key alone decides
+        samples = [(p, key[:-8]) for p, key in samples if len(key) >= 8]
+    found = detect(samples, partitions)
+    click.echo(f"partitioner {found.chosen.value}: {found.evidence()}")
+    return found.chosen
+
+
+@table.command("list")
+@bootstrap_option()
+@app_option()
+@kafka_security_options
+def table_list(
+    bootstrap_servers: str, app: str, kafka_config: Path | None, kafka_properties: tuple[str, ...]
+) -> None:
+    """List the tables in the catalog."""
+    from sparkiq.kafka.catalog import read_catalog
+
+    security = kafka_security(kafka_config, kafka_properties)
+
+    def run() -> None:
+        tables = read_catalog(bootstrap_servers, app=app, security=security)
+        if not tables:
+            click.echo("no tables registered")
+        for t in sorted(tables.values(), key=lambda t: t.name):
+            click.echo(
+                f"{t.name}\ttopic={t.topic}\tpartitions={t.partitions}\tkind={t.kind.value}"
+                f"\tkey={t.key_format.value}\tvalue={t.value_format.value}"
+                f"\tpartitioner={t.partitioner.value}"
+            )
+
+    run_command(run)
+
+
+@table.command("drop")
+@click.argument("name")
+@bootstrap_option()
+@app_option()
+@kafka_security_options
+def table_drop(
+    name: str,
+    bootstrap_servers: str,
+    app: str,
+    kafka_config: Path | None,
+    kafka_properties: tuple[str, ...],
+) -> None:
+    """Remove table NAME from the catalog (its topic is left as it is)."""
+    from sparkiq.kafka.catalog import drop_table
+
+    security = kafka_security(kafka_config, kafka_properties)
+    run_command(lambda: drop_table(bootstrap_servers, name, app=app, security=security))
+    click.echo(f"table {name!r} dropped from the catalog")
