@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from sparkiq.core.tables import TableDef
+from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.store import StoreRegistry
 
@@ -94,10 +95,12 @@ def make_restorer(
     started: list[Restorer] = []
 
     def make(
-        state_dir: Path | None = None, on_change: Callable[[], None] | None = None
+        state_dir: Path | None = None,
+        on_change: Callable[[], None] | None = None,
+        feed: ChangeFeed | None = None,
     ) -> Restorer:
         registry = StoreRegistry(state_dir or tmp_path / "state")
-        r = Restorer(bootstrap, registry, tables, on_change=on_change)
+        r = Restorer(bootstrap, registry, tables, on_change=on_change, feed=feed)
         r.start()
         started.append(r)
         return r

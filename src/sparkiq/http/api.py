@@ -17,7 +17,6 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
@@ -41,6 +40,7 @@ from sparkiq.http.params import (
     parse_key_text,
     parse_query,
 )
+from sparkiq.http.parts import Headers
 from sparkiq.http.pool import PoolForwarder
 from sparkiq.http.responses import (
     JSON_HEADERS,
@@ -54,18 +54,14 @@ from sparkiq.http.responses import (
     json_response,
 )
 from sparkiq.http.settings import FALLBACK_PARAM, HttpSettings
+from sparkiq.http.upstream import Upstream
 from sparkiq.http.view import NodeView
+from sparkiq.http.watches import Watches
 from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
 
 log = logging.getLogger(__name__)
 
 _OK = Response(200, b'{"status":"ok"}')
-
-
-class Headers(Protocol):
-    """Request headers by lower-case name (a dict, or any mapping with `get`)."""
-
-    def get(self, key: str, default: None = None, /) -> str | None: ...
 
 
 Handler = Callable[[TableDef, str, Params, Call, bytes], Awaitable[Answer]]
@@ -121,6 +117,7 @@ class HttpApi:
         }
         # The hot path for GET .../keys/{key}; the adapters try it before `handle`.
         self.keys = KeyPath(self)
+        self.watches = Watches(self, Upstream(auth.cluster, client_ssl))
 
     async def close(self) -> None:
         """Close the pooled connections to other nodes."""
@@ -292,11 +289,11 @@ class HttpApi:
             return _wrong_method(method, endpoint.method), Outcome.ERROR
         table = self.view.table(table_name)
         if table is None:
-            return failed(self._unknown_table(table_name))
+            return failed(self.unknown_table(table_name))
         params = parse_query(query, endpoint.params)
         if isinstance(params, Failure):
             return failed(params)
-        call = self._call(headers, params, f"{path}?{query}" if query else path)
+        call = self.call_for(headers, params, f"{path}?{query}" if query else path)
         if isinstance(call, Failure):
             return failed(call)
         key_text = decode_segment(key_segment)
@@ -304,7 +301,8 @@ class HttpApi:
             return failed(key_text)
         return await endpoint.handler(table, key_text, params, call, body)
 
-    def _call(self, headers: Headers, params: Params, target: str) -> Call | Failure:
+    def call_for(self, headers: Headers, params: Params, target: str) -> Call | Failure:
+        """The `Call` of a request: hops and budget from its headers, lag bounds from `params`."""
         call = new_call(self.settings, headers.get(HOPS_HEADER), headers.get(BUDGET_HEADER), target)
         if isinstance(call, Failure) or not params:
             return call
@@ -324,7 +322,8 @@ class HttpApi:
             call.fallback_lag = fallback_lag
         return call
 
-    def _unknown_table(self, name: str) -> Failure:
+    def unknown_table(self, name: str) -> Failure:
+        """404 for a table this node does not know (503 while it has not read the catalog)."""
         if not self.view.catalog_loaded():
             # A node starting up knows no table yet: another node may well know this one.
             return Failure(

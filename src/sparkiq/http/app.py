@@ -3,7 +3,8 @@
 `NodeApp` takes a request as the server framed it and answers it now or later: the gate
 admits it (request id, load, caller, cluster signature; `sparkiq.http.guard`), a GET without
 a query goes to the key path (`sparkiq.http.keypath`, which answers single-key lookups
-without the generic dispatch), and everything the key path declines to `HttpApi.handle`.
+without the generic dispatch), a watch to `sparkiq.http.watches` (a `Stream`), and
+everything else to `HttpApi.handle`.
 A request answered later is a `sparkiq.http.later.Counted`: the key path's pending read
 itself (a forward or a wait), or a `Deferred` coroutine (the generic dispatch); it counts
 itself in flight (the gate's load limit) from when the server starts it until its answer is
@@ -21,7 +22,7 @@ from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.http.interface import Answer, Response
+from sparkiq.http.interface import Answer, Response, Stream
 from sparkiq.http.keyread import Pending
 from sparkiq.http.later import Deferred
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
@@ -35,6 +36,7 @@ _BUDGET = BUDGET_HEADER.encode()
 _API_KEY = API_KEY_HEADER.encode()
 _CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
+_WATCH = b"/watch"
 
 # The error code of each refusal the server makes itself (`NodeApp.refusal`).
 _REFUSAL_CODES = {
@@ -100,6 +102,8 @@ class NodeApp:
                 if isinstance(found, Pending):
                     found.app = self
                 return found
+        if method == "GET" and path.endswith(_WATCH):
+            return self._watch(path, query, headers, admitted)
         return self._generic(method, path, query, headers, body, admitted)
 
     def answer_plain(
@@ -120,6 +124,8 @@ class NodeApp:
         found = self._answer_now(target, hops, budget, admitted)
         if found is None:
             headers = forwarded_headers(hops, budget, request_id)
+            if target.endswith(_WATCH):
+                return self._watch(target, b"", headers, admitted)
             return self._generic("GET", target, b"", headers, b"", admitted)
         if isinstance(found, Pending):
             found.app = self
@@ -140,6 +146,15 @@ class NodeApp:
             method, path.decode("latin-1"), query.decode("latin-1"), text_headers, body, identity
         )
         return Deferred(self, work)
+
+    def _watch(
+        self, path: bytes, query: bytes, headers: Mapping[bytes, bytes], identity: Identity
+    ) -> Response | Stream:
+        """An admitted watch (`sparkiq.http.watches`): an event stream, or why not."""
+        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+        return self.api.watches.answer(
+            path.decode("latin-1"), query.decode("latin-1"), text_headers, identity
+        )
 
     def refusal(self, status: int, message: str) -> Response:
         return error_response(status, _REFUSAL_CODES.get(status, ErrorCode.BAD_REQUEST), message)

@@ -90,6 +90,12 @@ class ErrorCode(StrEnum):
         "a new connection past the node's connection limit, answered before any request is "
         "read and closed; retry after `Retry-After`",
     )
+    TOO_MANY_WATCHES = (
+        "too_many_watches",
+        503,
+        "a watch past the node's `--max-watchers` open at once; retry after `Retry-After`, "
+        "or on another node",
+    )
     LOOP_DETECTED = (
         "loop_detected",
         508,

@@ -5,10 +5,12 @@ not share counters. Observing is plain integer arithmetic on dicts, read by a cu
 collector at scrape time: prometheus_client's Counter/Histogram take a lock and walk their
 buckets per observation, which measured as a sizeable share of a ~50 us local answer.
 
-Also counted here: forwards that got no answer (`forward_failed`, by reason and target
-node), and, when asked for, an access log of one INFO line per answered request on the
-`sparkiq.access` logger. With the access log off, `observe` is the plain counting function:
-the log costs nothing unless it is on.
+Also counted here: open watches and the events they sent (`watches_open`, `watch_events`,
+`watches_dropped`: ended because their client read slower than the key changed), forwards
+that got no answer (`forward_failed`, by reason and target node), and, when asked for, an
+access log of one INFO line per answered request on the `sparkiq.access` logger. With the
+access log off, `observe` is the plain counting function: the log costs nothing unless it
+is on.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from sparkiq.http.forward import Unreachable
@@ -112,6 +119,9 @@ class HttpMetrics(Collector):
         self._forward_errors: dict[tuple[ForwardError, str], int] = {}
         self._read_errors: dict[tuple[str, str], int] = {}
         self._access_log = access_log
+        self.watches_open = 0  # event streams of keys' changes open now (relayed ones too)
+        self.watch_events = 0  # events sent on them (changes and first states)
+        self.watches_dropped = 0  # ended because their client fell `watch_queue` behind
         self.observe: Observe = self._count_and_log if access_log else self._count
         self.registry.register(self)
 
@@ -215,6 +225,21 @@ class HttpMetrics(Collector):
         for (endpoint, kind), n in sorted(self._read_errors.items()):
             reads.add_metric((endpoint, kind), n)
         yield reads
+        yield GaugeMetricFamily(
+            "sparkiq_watches_open",
+            "Watches (event streams of keys' changes) open on this node, relayed ones included.",
+            value=self.watches_open,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_watch_events",
+            "Events sent on watches: first states and changes.",
+            value=self.watch_events,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_watches_dropped",
+            "Watches ended because their client read slower than the key changed.",
+            value=self.watches_dropped,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

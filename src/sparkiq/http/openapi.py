@@ -5,7 +5,7 @@ that serves it (range page size, multi-get keys, windows, body and key size), th
 shape, and who may call what. The schemas of the answers are made from the models of
 `sparkiq.http.models`; the error codes, and which status each has, from
 `sparkiq.http.errorcodes.ErrorCode`. Here are the endpoints (`_operations`: parameters,
-answer model, error answers), the parameters and the error answers (`_ERRORS`: which codes
+answer model, error answers), the parameters and the error answers (`ERRORS`: which codes
 each carries), as tables.
 
 It describes the public contract only: the headers and parameters nodes send each other when
@@ -30,7 +30,15 @@ from pydantic import BaseModel
 
 from sparkiq import __version__
 from sparkiq.http import models
-from sparkiq.http.errorcodes import ErrorCode
+from sparkiq.http.openapierrors import (
+    ERRORS,
+    HEADERS,
+    SCHEMAS,
+    error_answer,
+    header_component,
+    ref,
+    request_id_echo,
+)
 from sparkiq.http.responses import Response
 from sparkiq.http.settings import HttpSettings
 
@@ -39,7 +47,6 @@ OPENAPI_PATH = "/v1/openapi.json"
 JsonObject = dict[str, Any]
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-_SCHEMAS = "#/components/schemas/{model}"
 
 # Security requirements: any one of the two schemes (a list of alternatives), or none.
 _AUTHENTICATED: list[JsonObject] = [{"bearerAuth": []}, {"apiKey": []}]
@@ -52,6 +59,11 @@ _KEY_FORMATS = (
     "`bytes`: the key bytes in base64url."
 )
 _STRING: JsonObject = {"type": "string"}
+_EVENTS: JsonObject = {
+    "type": "string",
+    "description": "`retry:`, then events of `id:` and one `data:` line of JSON each, and "
+    "`: keep-alive` comments.",
+}
 _LONG_MS: JsonObject = {
     "type": "integer",
     "format": "int64",
@@ -127,7 +139,7 @@ def _limit(s: HttpSettings) -> str:
 
 # -- endpoints -------------------------------------------------------------------------------------
 
-# The error answers (`_ERRORS`) of each kind of endpoint. Every request may meet the
+# The error answers (`ERRORS`) of each kind of endpoint. Every request may meet the
 # connection's timeout (408), and a connection past the limit is answered 503.
 _ON_TABLE = (
     "BadRequest",
@@ -188,6 +200,24 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "`not_windowed` on a table that is not windowed.",
             models.WindowsAnswer, "The windows.", _ON_TABLE,
             (*per_key, "WindowFrom", "WindowTo", "MaxLag"),
+        ),
+        _Operation(
+            "/v1/tables/{table}/keys/{key}/watch", "get", "watchKey", "tables",
+            "Watch one key's changes",
+            "Server-sent events (`text/event-stream`): first the key's state (the JSON of "
+            "`GET .../keys/{key}`, `value` null when absent), then one event per change the "
+            "replica applies, in order, each `id: <partition>-<offset>` with `offset` the "
+            "replica's position once the change was applied. Any node serves any key "
+            "(relayed from a node that holds it); when the replica goes the stream goes on "
+            "from another and never sends an older value after a newer one. Idle streams get "
+            f"a comment every {s.watch_heartbeat_s:g} s. Resume with `Last-Event-ID`: the "
+            "state comes first only if the partition moved on since. A stream ends with an "
+            "`unavailable` event when no replica can be found within the request budget, "
+            f"a `dropped` one when the client falls {s.watch_queue} changes behind, each "
+            "followed by `retry:`.",
+            _EVENTS, "The event stream.",
+            tuple("WatchUnavailable" if e == "Unavailable" else e for e in _ON_TABLE),
+            (*per_key, "MaxLag", "LastEventId"), content_type="text/event-stream",
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/owner", "get", "getOwner", "cluster",
@@ -254,8 +284,8 @@ def _operations(s: HttpSettings) -> list[_Operation]:
 def _paths(s: HttpSettings) -> JsonObject:
     paths: JsonObject = {}
     for op in _operations(s):
-        answer = op.answer if isinstance(op.answer, dict) else _ref(op.answer.__name__)
-        errors = {str(_ERRORS[name].status): _response_ref(name) for name in op.errors}
+        answer = op.answer if isinstance(op.answer, dict) else ref(op.answer.__name__)
+        errors = {str(ERRORS[name].status): _response_ref(name) for name in op.errors}
         described: JsonObject = {
             "operationId": op.operation_id,
             "tags": [op.tag],
@@ -265,7 +295,7 @@ def _paths(s: HttpSettings) -> JsonObject:
             "responses": {
                 "200": {
                     "description": op.answered,
-                    "headers": _request_id_echo(),
+                    "headers": request_id_echo(),
                     "content": {op.content_type: {"schema": answer}},
                 },
                 **dict(sorted(errors.items())),
@@ -279,12 +309,8 @@ def _paths(s: HttpSettings) -> JsonObject:
     return paths
 
 
-def _ref(name: str) -> JsonObject:
-    return {"$ref": _SCHEMAS.format(model=name)}
-
-
 def _json(model: type[BaseModel]) -> JsonObject:
-    return {"application/json": {"schema": _ref(model.__name__)}}
+    return {"application/json": {"schema": ref(model.__name__)}}
 
 
 def _param(name: str) -> JsonObject:
@@ -293,97 +319,6 @@ def _param(name: str) -> JsonObject:
 
 def _response_ref(name: str) -> JsonObject:
     return {"$ref": f"#/components/responses/{name}"}
-
-
-def _request_id_echo() -> JsonObject:
-    return {"x-request-id": {"$ref": "#/components/headers/RequestId"}}
-
-
-# -- error answers ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Error:
-    """An error answer: its status, the codes it may carry, what its description says
-    besides theirs (`{s.<setting>}`: this node's), and the headers it always has."""
-
-    status: int
-    codes: tuple[ErrorCode, ...]
-    note: str = ""
-    headers: tuple[str, ...] = ()
-
-
-_E = ErrorCode
-_ERRORS = {
-    "BadRequest": _Error(400, (_E.BAD_REQUEST, _E.NOT_WINDOWED)),
-    "Unauthenticated": _Error(401, (_E.UNAUTHENTICATED,), headers=("WWW-Authenticate",)),
-    "Forbidden": _Error(403, (_E.FORBIDDEN, _E.NOT_A_CLUSTER_NODE)),
-    "NotFound": _Error(404, (_E.UNKNOWN_TABLE, _E.NOT_FOUND, _E.NO_ROUTE)),
-    "MethodNotAllowed": _Error(
-        405,
-        (_E.METHOD_NOT_ALLOWED,),
-        "Any path described here, with a method not described for it.",
-        ("Allow",),
-    ),
-    "RequestTimeout": _Error(408, (_E.REQUEST_TIMEOUT,)),
-    "TooLarge": _Error(
-        413,
-        (_E.TOO_LARGE,),
-        "A key over {s.max_key_bytes} bytes, a body over {s.max_body_bytes} bytes or over "
-        "{s.max_multi_get_keys} keys.",
-    ),
-    "Overloaded": _Error(429, (_E.OVERLOADED,), headers=("Retry-After",)),
-    "InternalError": _Error(500, (_E.UNDECODABLE_VALUE, _E.INTERNAL)),
-    "Unavailable": _Error(503, (_E.UNAVAILABLE, _E.TOO_MANY_CONNECTIONS), headers=("Retry-After",)),
-    "NotReady": _Error(503, (_E.NOT_READY, _E.TOO_MANY_CONNECTIONS), headers=("Retry-After",)),
-    "ConnectionLimit": _Error(503, (_E.TOO_MANY_CONNECTIONS,), headers=("Retry-After",)),
-    "LoopDetected": _Error(508, (_E.LOOP_DETECTED,)),
-}
-
-_HEADERS: JsonObject = {
-    "Retry-After": {
-        "description": "Seconds to wait before asking again.",
-        "required": True,
-        "schema": {"type": "integer", "minimum": 1},
-    },
-    "WWW-Authenticate": {
-        "description": "The challenge of a 401: `Bearer`.",
-        "required": True,
-        "schema": {"type": "string", "pattern": "^Bearer"},
-    },
-    "Allow": {
-        "description": "The method the endpoint takes.",
-        "required": True,
-        "schema": {"type": "string"},
-    },
-}
-
-
-def _error_answer(error: _Error, s: HttpSettings) -> JsonObject:
-    """The response object of `error`: the error shape with its codes only."""
-    lines = [f"- `{code.value}`: {code.when}." for code in error.codes]
-    note = error.note.format(s=s)  # this node's limits
-    headers = _request_id_echo()
-    for name in error.headers:
-        headers[name] = {"$ref": f"#/components/headers/{_header_component(name)}"}
-    codes = {"enum": [code.value for code in error.codes]}
-    return {
-        "description": "\n\n".join([*([note] if note else []), "\n".join(lines)]),
-        "headers": headers,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "allOf": [_ref(models.ErrorAnswer.__name__)],
-                    "properties": {"error": {"properties": {"code": codes}}},
-                }
-            }
-        },
-    }
-
-
-def _header_component(name: str) -> str:
-    """The component name of header `name` ("Retry-After" -> "RetryAfter")."""
-    return name.title().replace("-", "")
 
 
 # -- components ------------------------------------------------------------------------------------
@@ -411,14 +346,14 @@ def _components(s: HttpSettings) -> JsonObject:
         },
         "parameters": _parameters(s),
         "headers": {
-            **{_header_component(name): header for name, header in _HEADERS.items()},
+            **{header_component(name): header for name, header in HEADERS.items()},
             "RequestId": {
                 "description": "The request's id (the caller's own if it sent a valid one).",
                 "required": False,
                 "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
             },
         },
-        "responses": {name: _error_answer(error, s) for name, error in _ERRORS.items()},
+        "responses": {name: error_answer(error, s) for name, error in ERRORS.items()},
         "schemas": _schemas(s),
     }
 
@@ -454,6 +389,10 @@ def _parameters(s: HttpSettings) -> JsonObject:
                    "default": s.default_range_limit}),
         "Cursor": ("query", "cursor", "The `next_cursor` of the previous page, as it was given.",
                    {"type": "string", "pattern": "^[A-Za-z0-9_-]*$"}),
+        "LastEventId": ("header", "last-event-id",
+                        "The id of the last event a watch received (`<partition>-<offset>`), "
+                        "to resume it.",
+                        {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}),
         "RequestId": ("header", "x-request-id",
                       "An id for this request, echoed in the answer, carried to the node that "
                       "answers and named in the nodes' logs. Up to 64 letters, digits, `.`, "
@@ -480,7 +419,7 @@ def _parameters(s: HttpSettings) -> JsonObject:
 
 def _schemas(s: HttpSettings) -> JsonObject:
     """The models' schemas with the limits of a node with `s`."""
-    schemas = models.json_schemas(_SCHEMAS)
+    schemas = models.json_schemas(SCHEMAS)
     for (model, prop), setting in _MAX_ITEMS.items():
         schemas[model]["properties"][prop]["maxItems"] = getattr(s, setting)
     return schemas

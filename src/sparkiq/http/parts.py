@@ -14,9 +14,16 @@ from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
 from sparkiq.http.locate import Call, LocalReplica, Locator
 from sparkiq.http.metrics import HttpMetrics
+from sparkiq.http.params import Params
 from sparkiq.http.responses import Answer, Response
 from sparkiq.http.settings import HttpSettings
 from sparkiq.http.view import NodeView
+
+
+class Headers(Protocol):
+    """Request headers by lower-case name (a dict, or any mapping with `get`)."""
+
+    def get(self, key: str, default: None = None, /) -> str | None: ...
 
 
 class ApiParts(Protocol):
@@ -27,6 +34,14 @@ class ApiParts(Protocol):
     metrics: HttpMetrics
     locator: Locator
     forwarder: Forwarder
+
+    def unknown_table(self, name: str) -> Failure:
+        """404 for a table this node does not know (503 while it has not read the catalog)."""
+        ...
+
+    def call_for(self, headers: Headers, params: Params, target: str) -> Call | Failure:
+        """The `Call` of a request: hops and budget from its headers, lag bounds from `params`."""
+        ...
 
     def read_raised(self, method: str, path: str, exc: Exception) -> bool:
         """Whether a read that raised `exc` is to be answered once more (`HttpApi`)."""

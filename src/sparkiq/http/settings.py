@@ -112,6 +112,19 @@ class TunableHttpSettings(BaseModel):
         description="A request whose head or body has not fully arrived this many seconds "
         "after its first bytes is answered 408 and its connection closed.",
     )
+    max_watchers: int = Field(
+        default=10_000,
+        ge=0,
+        description="Watches (event streams of a key's changes) open at once on this node, "
+        "relayed ones included; past it a new watch is answered 503 with Retry-After.",
+    )
+    watch_heartbeat_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="An idle watch gets a comment line this often, so proxies and clients "
+        "keep it open; a relayed watch whose source sends nothing for twice this long (plus "
+        "a second) is taken to be cut and is resumed from another replica.",
+    )
 
 
 class HttpSettings(TunableHttpSettings):
@@ -134,6 +147,13 @@ class HttpSettings(TunableHttpSettings):
     )
     max_range_limit: int = Field(
         default=1000, ge=1, description="Largest limit a range request may name."
+    )
+    watch_queue: int = Field(
+        default=1_000,
+        ge=1,
+        description="Changes held for a watch whose client reads slower than the key "
+        "changes; past it the watch ends with a `dropped` event (the client resumes with "
+        "Last-Event-ID) instead of holding more.",
     )
     max_windows: int = Field(
         default=10_000, ge=1, description="Most windows one answer to a window query may hold."

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
 
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.serde import key_codec, window_store_key
@@ -31,6 +32,10 @@ class DictStore:
 
     def put(self, store_key: bytes, value: bytes) -> None:
         self.data[store_key] = value
+        self._keys = None
+
+    def delete(self, store_key: bytes) -> None:
+        self.data.pop(store_key, None)
         self._keys = None
 
     def get(self, store_key: bytes) -> bytes | None:
@@ -79,6 +84,7 @@ class StaticView:
         self.ready = True
         self.loaded = True  # catalog_loaded()
         self.misplaced: dict[str, int] = {}  # misplaced_records() by table name
+        self._watches: dict[tuple[TopicPartition, bytes], list[StaticWatch]] = {}
 
     @property
     def url(self) -> str:
@@ -129,6 +135,40 @@ class StaticView:
             store = self._stores.get(tp) or (DictStore() if url == self._url else None)
             self.set_placement(tp, url, store=store)
 
+    def apply(self, table: TableDef, key: object, value: object | None) -> int:
+        """A change applied to this node's replica, as the restorer would: `key` set to
+        `value` (None: deleted) in its partition's store, the replica's position one
+        further, the key's watchers told. Returns the new position."""
+        codec = key_codec(table)
+        wire = codec.parse_json(key)
+        partition = table.partition_of(wire)
+        assert partition is not None
+        tp = (table.topic, partition)
+        store_key = codec.wire_to_store(wire)
+        encoded = None if value is None else value_codec(table).encode(value)
+        store = self.local_store(tp)
+        if encoded is None:
+            store.delete(store_key)
+        else:
+            store.put(store_key, encoded)
+        placement = self._placements[tp]
+        position = (placement.local_offset or 0) + 1
+        self._placements[tp] = dataclasses.replace(placement, local_offset=position)
+        for watch in tuple(self._watches.get((tp, store_key), ())):
+            watch.on_change(encoded, position)
+        return position
+
+    def end_watches(self, tp: TopicPartition) -> None:
+        """This node's replica of `tp` is gone: its watchers hear of it."""
+        for (watched, _), watches in list(self._watches.items()):
+            if watched == tp:
+                for watch in tuple(watches):
+                    watch.close()
+                    watch.on_end()
+
+    def watcher_count(self) -> int:
+        return sum(len(w) for w in self._watches.values())
+
     def local_store(self, tp: TopicPartition) -> DictStore:
         store = self._stores.setdefault(tp, DictStore())
         assert isinstance(store, DictStore)
@@ -177,6 +217,30 @@ class StaticView:
     def is_ready(self) -> bool:
         return self.ready
 
+    def watch_key(
+        self,
+        tp: TopicPartition,
+        store_key: bytes,
+        on_change: Callable[[bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> StaticWatch | None:
+        placement = self._placements.get(tp)
+        store = self._stores.get(tp)
+        if placement is None or placement.local_role is None or store is None:
+            return None
+        watch = StaticWatch(self, (tp, store_key), on_change, on_end)
+        watch.value = store.get(store_key)
+        watch.position = placement.local_offset or 0
+        self._watches.setdefault((tp, store_key), []).append(watch)
+        return watch
+
+    def _unwatch(self, watch: StaticWatch) -> None:
+        watches = self._watches.get(watch.where, [])
+        if watch in watches:
+            watches.remove(watch)
+            if not watches:
+                del self._watches[watch.where]
+
     def unready_reason(self) -> str | None:
         return None if self.ready else "the test's view is not ready"
 
@@ -215,3 +279,24 @@ def put_value(
         store = stores.setdefault(tp, DictStore())
     store.put(store_key, value_codec(table).encode(value))
     return partition
+
+
+class StaticWatch:
+    """A watch of one key of a `StaticView` (`KeyWatch`)."""
+
+    def __init__(
+        self,
+        view: StaticView,
+        where: tuple[TopicPartition, bytes],
+        on_change: Callable[[bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> None:
+        self._view = view
+        self.where = where
+        self.on_change = on_change
+        self.on_end = on_end
+        self.value: bytes | None = None
+        self.position = 0
+
+    def close(self) -> None:
+        self._view._unwatch(self)

@@ -7,13 +7,13 @@ the view only reports facts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import Placement, TopicPartition
 
-__all__ = ["NodeView", "Placement", "ReadableStore"]
+__all__ = ["KeyWatch", "NodeView", "Placement", "ReadableStore"]
 
 
 class ReadableStore(Protocol):
@@ -36,6 +36,24 @@ class ReadableStore(Protocol):
         after: bytes | None,
         limit: int,
     ) -> list[tuple[bytes, bytes]]: ...
+
+
+class KeyWatch(Protocol):
+    """A watch of one key in this node's replica (`NodeView.watch_key`)."""
+
+    @property
+    def value(self) -> bytes | None:
+        """The key's stored value when the watch began (None: absent)."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The replica's position then: the next changelog offset it applies."""
+        ...
+
+    def close(self) -> None:
+        """Stop the watch (idempotent)."""
+        ...
 
 
 class NodeView(Protocol):
@@ -82,4 +100,17 @@ class NodeView(Protocol):
 
     async def changed(self, timeout_s: float) -> None:
         """Return when the cluster map or a local replica's state changes, or after timeout_s."""
+        ...
+
+    def watch_key(
+        self,
+        tp: TopicPartition,
+        store_key: bytes,
+        on_change: Callable[[bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> KeyWatch | None:
+        """Watch `store_key` in this node's replica of `tp`: its value and the replica's
+        position now, then `on_change(value, position)` for every change of it applied
+        after that, in order, and `on_end()` once if the replica goes. None when this node
+        has no replica of `tp`. The callbacks run on the event loop."""
         ...

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 from sparkiq.kafka.catalog import CatalogWatcher
+from sparkiq.node.changes import ChangeFeed, Subscription
 from sparkiq.node.membership import GroupMember
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.rebalance import RebalanceAsker
@@ -65,12 +66,14 @@ class Node:
         # Rebuilds of each local replica when last seen: a rebuilt store starts afresh.
         self._rebuilds: dict[TopicPartition, int] = {}
         self.registry = StoreRegistry(settings.state_dir)
+        self.changes = ChangeFeed()  # what watchers of keys hear of (live reads)
         self.restorer = Restorer(
             settings.bootstrap_servers,
             self.registry,
             self._table_for_topic,
             on_change=self._notify_threadsafe,
             security=settings.kafka_config,
+            feed=self.changes,
         )
         self.catalog = CatalogWatcher(
             settings.bootstrap_servers,
@@ -188,6 +191,23 @@ class Node:
         store = self.restorer.store(tp)
         return None if store is None else (store, status.position)
 
+    def watch_key(
+        self,
+        tp: TopicPartition,
+        store_key: bytes,
+        on_change: Callable[[bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> Subscription | None:
+        # Subscribed before the snapshot: a change applied in between is in both, and the
+        # watcher keeps only changes past the snapshot's position (`sparkiq.node.changes`).
+        sub = self.changes.subscribe(tp, store_key, on_change, on_end)
+        snapshot = self.restorer.snapshot(tp, store_key)
+        if snapshot is None:
+            sub.close()
+            return None
+        sub.value, sub.position = snapshot
+        return sub
+
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded
 
@@ -292,6 +312,7 @@ class Node:
     async def start(self) -> None:
         """Read the catalog, start restoring and join the group; returns once joined."""
         self._loop = asyncio.get_running_loop()
+        self.changes.bind(self._loop)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())

@@ -1,18 +1,51 @@
-"""True end offsets read off the restorer thread."""
+"""True end offsets read off the restorer thread, and the lags of stores not assigned."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Set
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from confluent_kafka import Consumer
 
-from sparkiq.kafka.offsets import probe_consumer
+from sparkiq.core.tables import TableDef
+from sparkiq.core.topology import TopicPartition
+from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.node.store import StoreRegistry
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+def disk_lags(
+    bootstrap: str,
+    registry: StoreRegistry,
+    assigned: Set[TopicPartition],
+    table_for_topic: Callable[[str], TableDef | None],
+    probe: Consumer | None,
+) -> dict[TopicPartition, int] | None:
+    """How far behind its changelog's end each store on disk is that is not in `assigned`
+    and still matches its table (for the node's join metadata); None if the ends cannot be
+    read now."""
+    stored: dict[TopicPartition, int] = {}
+    for (_, partition), (table, offset) in registry.on_disk_tables().items():
+        tp = (table.topic, partition)
+        current = table_for_topic(table.topic)
+        if tp in assigned or current is None or current.partitions != table.partitions:
+            continue
+        stored[tp] = offset
+    if not stored:
+        return {}
+    try:
+        ends = true_end_offsets(bootstrap, list(stored), consumer=probe)
+    except Exception as exc:
+        log.warning("cannot read end offsets for stores on disk: %s", exc)
+        return None
+    return {tp: max(ends.get(tp, off) - off, 0) for tp, off in stored.items()}
 
 
 class EndProbe:

@@ -41,9 +41,10 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.partitionstore import PartitionStore
-from sparkiq.node.restore.batches import split_batch
-from sparkiq.node.restore.ends import EndProbe
+from sparkiq.node.restore.batches import StoreKeyFn, split_batch
+from sparkiq.node.restore.ends import EndProbe, disk_lags
 from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
@@ -85,8 +86,10 @@ class Restorer(Healing):
         on_change: Callable[[], None] | None = None,
         kafka_config: Mapping[str, str] | None = None,
         security: KafkaSecurity = PLAINTEXT,
+        feed: ChangeFeed | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self._feed = feed  # watchers of keys hear of the records written (live reads)
         self.security = security
         self.registry = registry
         self._table_for_topic = table_for_topic
@@ -173,6 +176,8 @@ class Restorer(Healing):
             for tp in list(self._replicas):
                 if tp not in wanted:
                     self._closing[tp] = self._replicas.pop(tp)
+            if self._feed is not None:
+                self._feed.end(self._closing)
             self._publish()
         self._dirty.set()
 
@@ -186,6 +191,15 @@ class Restorer(Healing):
 
     def store(self, tp: TopicPartition) -> PartitionStore | None:
         return self._stores.get(tp)
+
+    def snapshot(self, tp: TopicPartition, store_key: bytes) -> tuple[bytes | None, int] | None:
+        """The value of `store_key` in this node's replica of `tp` and the replica's position,
+        taken between two written batches (a watch's start: `sparkiq.node.changes`)."""
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if replica is None or replica.state is _FAILED:
+                return None
+            return replica.store.get(store_key), replica.position
 
     def lags(self) -> dict[TopicPartition, int]:
         """Lag of every assigned partition and of every store left on disk."""
@@ -348,6 +362,8 @@ class Restorer(Healing):
         runs, eofs = split_batch(messages, replicas, self._skip_record)
         out_of_step = False
         failure: StoreError | None = None
+        watched: dict[TopicPartition, tuple[StoreKeyFn | None, int, int]] = {}
+        feed = self._feed
         with self._lock:
             for tp in runs.keys() | eofs.keys():
                 run = runs.get(tp)
@@ -375,6 +391,8 @@ class Restorer(Healing):
                         )
                         self.records_applied += count
                         replica.advance(last + 1)
+                        if feed is not None and feed.watched(tp):
+                            watched[tp] = (replica.key_fn, before, last)
                         if run.misplaced and not replica.misplaced_logged:
                             replica.misplaced_logged = True
                             _log_misplaced(replica, run.example)
@@ -388,6 +406,8 @@ class Restorer(Healing):
                 except StoreError as exc:
                     out_of_step = True  # the cursor moved on, the position did not
                     failure = failure or exc
+            if watched and feed is not None:
+                feed.publish(messages, watched)
             self._publish()
         if out_of_step:
             self._dirty.set()
@@ -456,22 +476,9 @@ class Restorer(Healing):
         """Lags of stores on disk that are not assigned, for the node's join metadata."""
         with self._lock:
             assigned = set(self._replicas)
-        stored: dict[TopicPartition, int] = {}
-        for (_, partition), (table, offset) in self.registry.on_disk_tables().items():
-            tp = (table.topic, partition)
-            current = self._table_for_topic(table.topic)
-            if tp in assigned or current is None or current.partitions != table.partitions:
-                continue
-            stored[tp] = offset
-        if not stored:
-            self._disk_lags = {}
-            return
-        try:
-            ends = true_end_offsets(self.bootstrap, list(stored), consumer=probe)
-        except Exception as exc:
-            log.warning("cannot read end offsets for stores on disk: %s", exc)
-            return
-        self._disk_lags = {tp: max(ends.get(tp, off) - off, 0) for tp, off in stored.items()}
+        lags = disk_lags(self.bootstrap, self.registry, assigned, self._table_for_topic, probe)
+        if lags is not None:
+            self._disk_lags = lags
 
     def _publish(self) -> None:
         """Replace the snapshots readers see (caller holds the lock)."""

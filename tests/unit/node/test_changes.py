@@ -1,0 +1,119 @@
+"""The changes a node's replicas apply, to watchers of keys (node/changes.py).
+
+`changes_of` on hand-made records; then a real restorer on the dev broker: a watcher's
+snapshot and the changes after it make up every value the key took, in order, none twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkiq.core.tables import Format, TableDef
+from sparkiq.kafka.admin import create_topic
+from sparkiq.node.changes import Change, ChangeFeed, changes_of
+from sparkiq.node.restore import Restorer
+from tests.support.restore import Tables, produce
+
+pytest_plugins = ["tests.support.restore"]
+
+
+@dataclass
+class Record:
+    """The part of a consumed message `changes_of` reads."""
+
+    t: str
+    p: int
+    o: int
+    k: bytes | None
+    v: bytes | None
+    err: object = None
+
+    def topic(self) -> str:
+        return self.t
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.o
+
+    def key(self) -> bytes | None:
+        return self.k
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def error(self) -> object:
+        return self.err
+
+
+def test_changes_of_takes_the_written_records_of_watched_partitions() -> None:
+    records = [
+        Record("t", 0, 4, b"a", b"1"),  # before the written range
+        Record("t", 0, 5, b"a", b"2"),
+        Record("t", 1, 9, b"b", b"x"),  # a partition nobody watches
+        Record("t", 0, 6, None, b"3"),  # no key: skipped by the restorer too
+        Record("t", 0, 7, b"bad", b"4"),  # the key function refuses it
+        Record("t", 0, 8, b"a", None),  # a tombstone
+        Record("t", 0, 9, b"a", b"5"),  # after the written range
+    ]
+
+    def store_key(wire: bytes) -> bytes:
+        if wire == b"bad":
+            raise ValueError("bad key")
+        return b"s:" + wire
+
+    got = changes_of(records, {("t", 0): (store_key, 5, 8)})
+    assert got == {("t", 0): [Change(b"s:a", b"2", 6), Change(b"s:a", None, 9)]}
+
+
+async def test_a_watcher_hears_every_value_its_key_takes_after_its_snapshot(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("changes")
+    create_topic(bootstrap, topic, 2)
+    tables.add(TableDef(name=topic, topic=topic, partitions=2, value_format=Format.STRING))
+    feed = ChangeFeed()
+    feed.bind(asyncio.get_running_loop())
+    restorer = make_restorer(feed=feed)
+    tp = (topic, 0)
+    restorer.assign({tp}, set())
+    produce(bootstrap, topic, [(0, b"k", b"v0"), (0, b"other", b"x")])
+    heard: list[tuple[bytes | None, int]] = []
+    deleted = asyncio.Event()  # the last change: the key deleted
+
+    def on_change(value: bytes | None, position: int) -> None:
+        heard.append((value, position))
+        if value is None:
+            deleted.set()
+
+    ended = asyncio.Event()
+    sub = feed.subscribe(tp, b"k", on_change, ended.set)
+    snapshot = None
+    while snapshot is None or snapshot[1] < 2:  # until the first two records are in
+        await asyncio.sleep(0.05)
+        snapshot = restorer.snapshot(tp, b"k")
+    assert snapshot == (b"v0", 2)
+    heard.clear()  # what came before the snapshot is in it
+    values = [f"v{i}".encode() for i in range(1, 30)]
+    records: list[tuple[int, bytes | None, bytes | None]] = []
+    for value in values:
+        records += [(0, b"k", value), (0, b"other", b"y")]
+    records.append((0, b"k", None))
+    await asyncio.to_thread(produce, bootstrap, topic, records)
+    async with asyncio.timeout(30):
+        await deleted.wait()
+    assert [v for v, _ in heard] == [*values, None]
+    positions = [pos for _, pos in heard]
+    assert positions == [snapshot[1] + 1 + 2 * i for i in range(len(values) + 1)]
+    assert feed.watcher_count() == 1
+    restorer.assign(set(), set())  # the replica goes: its watchers hear of it
+    async with asyncio.timeout(10):
+        await ended.wait()
+    assert feed.watcher_count() == 0
+    sub.close()  # after the end: nothing to do
