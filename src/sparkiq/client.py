@@ -37,6 +37,7 @@ from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.serde import key_codec
 from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.http.errorcodes import ErrorCode
+from sparkiq.http.sse import EventReader
 from sparkiq.http.tls import client_context
 
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
@@ -205,6 +206,42 @@ class Client:
         assert answer is not None
         items: list[dict[str, Any]] = answer["items"]
         return items
+
+    def watch(self, table: str, key: object, *, idle_s: float = 60.0) -> Iterator[dict[str, Any]]:
+        """The key's answer now (as `get_entry`, `value` None when absent), then one per
+        change, for as long as the caller iterates. A stream that ends or breaks (its node
+        gone, nothing heard for `idle_s`) is resumed with `Last-Event-ID` on the key's
+        active, else any node, so no change is missed and none comes twice."""
+        text = _key_text(key)
+        path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/watch"
+        last: str | None = None
+        timeout = httpx.Timeout(self._timeout_s, read=idle_s)
+        while True:
+            active, _ = self._replicas(table, text)
+            for url in _dedupe(
+                [(u, False) for u in [*filter(None, [active]), *self._candidates()]]
+            ):
+                headers = {} if last is None else {"last-event-id": last}
+                try:
+                    with self._http.stream(
+                        "GET", url[0] + path, headers=headers, timeout=timeout
+                    ) as r:
+                        if r.status_code != 200:
+                            r.read()
+                            error = _error_of(r)
+                            if r.status_code not in _RETRYABLE:
+                                raise ClientError(f"{r.status_code} {error[0]}: {error[1]}")
+                            continue
+                        reader = EventReader()
+                        for chunk in r.iter_bytes():
+                            for event in reader.feed(chunk):
+                                if event.name == "message":
+                                    last = event.event_id or last
+                                    yield orjson.loads(event.data)
+                except httpx.HTTPError:
+                    continue
+            self._refresh_soon()
+            time.sleep(0.5)
 
     def owner(self, table: str, key: object) -> dict[str, Any]:
         text = _key_text(key)

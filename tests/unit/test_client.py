@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from typing import Any
 
 import pytest
 
@@ -21,31 +22,11 @@ from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.dev.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
-from sparkiq.http.testing import DictStore, StaticView, put_value
+from sparkiq.http.testing import DictStore, put_value
+from tests.support.mapview import MapView
 
 USERS = TableDef("users", "users-changelog", 2)
 SETTINGS = HttpSettings(request_budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
-
-
-class MapView(StaticView):
-    """A StaticView whose /v1/metadata looks like a node's (what the client parses)."""
-
-    def metadata(self) -> dict[str, object]:
-        return {
-            "node": self.url,
-            "tables": [USERS.summary()],
-            "partitions": [
-                {
-                    "table": USERS.name,
-                    "partition": p,
-                    "active": self.placement((USERS.topic, p)).active,
-                    "standbys": list(self.placement((USERS.topic, p)).standbys),
-                    "warming": [],
-                }
-                for p in range(USERS.partitions)
-            ],
-            "nodes": [],
-        }
 
 
 @pytest.fixture
@@ -140,31 +121,9 @@ ROUTED = (CUSTOMERS, VISITS, ANYWHERE)
 KEYS = [f"customer-{i}" for i in range(40)]
 
 
-class ClusterView(StaticView):
-    """A StaticView whose /v1/metadata lists every table and partition as a node's does."""
-
-    def metadata(self) -> dict[str, object]:
-        return {
-            "node": self.url,
-            "tables": [self.table_summary(t) for t in self.tables()],
-            "partitions": [
-                {
-                    "table": t.name,
-                    "partition": p,
-                    "active": self.placement((t.topic, p)).active,
-                    "standbys": [],
-                    "warming": [],
-                }
-                for t in self.tables()
-                for p in range(t.partitions)
-            ],
-            "nodes": [],
-        }
-
-
-async def three_nodes(stack: AsyncExitStack) -> tuple[list[ClusterView], list[HttpServer]]:
+async def three_nodes(stack: AsyncExitStack) -> tuple[list[MapView], list[HttpServer]]:
     """Partition p of every table on node p % 3, except that node 0 holds 0, 1 and 3."""
-    views = [ClusterView(url(), ROUTED) for _ in range(3)]
+    views = [MapView(url(), ROUTED) for _ in range(3)]
     owner_index = {0: 0, 1: 0, 2: 2, 3: 0, 4: 1, 5: 2}
     for table in ROUTED:
         owners = {p: views[owner_index[p]].url for p in range(table.partitions)}
@@ -271,3 +230,55 @@ def test_importing_the_client_loads_no_server_code() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+async def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Poll `cond` (the client fills what it reads from its own thread)."""
+    for _ in range(int(timeout_s / 0.02)):
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_watch_resumes_on_another_node_without_repeating_or_going_back(
+    stack: AsyncExitStack,
+) -> None:
+    a, c = url(), url()
+    view_a, view_c = MapView(a, [USERS]), MapView(c, [USERS])
+    for view in (view_a, view_c):
+        for p in range(USERS.partitions):
+            view.set_placement((USERS.topic, p), a, [c], store=DictStore(), offset=0, lag=0)
+    a_stack = AsyncExitStack()
+    await a_stack.enter_async_context(HttpServer(view_a, "127.0.0.1", port_of(a), SETTINGS))
+    await stack.enter_async_context(HttpServer(view_c, "127.0.0.1", port_of(c), SETTINGS))
+    events: list[dict[str, Any]] = []
+
+    def consume() -> None:
+        with Client([a, c], budget_s=3.0) as client:
+            for entry in client.watch("users", "user-1", idle_s=5.0):
+                events.append(entry)
+                if entry["value"] == {"n": 5}:
+                    return
+
+    consuming = asyncio.create_task(asyncio.to_thread(consume))
+    try:
+        await wait_until(lambda: len(events) == 1, "the first state")
+        view_a.apply(USERS, "user-1", {"n": 1})
+        view_a.apply(USERS, "user-1", {"n": 2})
+        await wait_until(lambda: len(events) == 3, "two changes")
+        await a_stack.aclose()  # the active goes; the client resumes on c
+        await wait_until(lambda: view_c.watcher_count() == 1, "the watch resumed on c")
+        for n in range(1, 6):  # c catches up: 1 and 2 were sent already
+            view_c.apply(USERS, "user-1", {"n": n})
+        async with asyncio.timeout(10):
+            await consuming
+    finally:
+        await a_stack.aclose()
+    assert [e["value"] for e in events] == [None, *({"n": n} for n in range(1, 6))]
+    assert [e["node"] for e in events] == [a, a, a, c, c, c]
+    assert [e["offset"] for e in events] == [0, 1, 2, 3, 4, 5]
+
+
+def port_of(base: str) -> int:
+    return int(base.rsplit(":", 1)[1])

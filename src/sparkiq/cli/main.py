@@ -124,6 +124,35 @@ def get(
 
 
 @main.command()
+@click.argument("table_name", metavar="TABLE")
+@click.argument("key")
+@url_option()
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N events.")
+@credential_options
+def watch(
+    table_name: str,
+    key: str,
+    urls: tuple[str, ...],
+    count: int | None,
+    token: str | None,
+    api_key: str | None,
+    ca_file: Path | None,
+) -> None:
+    """Print KEY's answer in TABLE now, then again at each change, one JSON line each, until
+    Ctrl-C (or --count events)."""
+    from sparkiq.client import Client
+
+    def run() -> None:
+        with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
+            for n, entry in enumerate(client.watch(table_name, key), 1):
+                click.echo(orjson.dumps(entry).decode())
+                if count is not None and n >= count:
+                    return
+
+    run_command(run)
+
+
+@main.command()
 @url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw metadata.")
 @click.option(
