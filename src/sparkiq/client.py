@@ -218,13 +218,11 @@ class Client:
         timeout = httpx.Timeout(self._timeout_s, read=idle_s)
         while True:
             active, _ = self._replicas(table, text)
-            for url in _dedupe(
-                [(u, False) for u in [*filter(None, [active]), *self._candidates()]]
-            ):
+            for url, _ in self._owner_plan(active, ()):  # any node relays from a standby
                 headers = {} if last is None else {"last-event-id": last}
                 try:
                     with self._http.stream(
-                        "GET", url[0] + path, headers=headers, timeout=timeout
+                        "GET", url + path, headers=headers, timeout=timeout
                     ) as r:
                         if r.status_code != 200:
                             r.read()

@@ -6,8 +6,8 @@ ASGI adapter only move bytes. This module parses and dispatches, and answers the
 single-partition endpoints (key, windows, owner) and the node's own ones (tables, metadata,
 health, metrics); `fanout` answers the endpoints that span partitions (multi-get, range). The
 server and the adapter try `keypath` (the hot path for single-key GETs, `HttpApi.keys`) before
-`handle`; both read keys with `keypath.read_key` and go through `answer_from_replica` for
-whatever is not local.
+`handle`; both read keys with `keypath.read_key` and go through the read loop
+(`readloop.read_one`) for whatever is not local.
 """
 
 from __future__ import annotations
@@ -15,21 +15,20 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.core.topology import TopicPartition
 from sparkiq.http import fanout, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.http.forward import Forwarder, Unreachable
+from sparkiq.http.forward import Forwarder
 from sparkiq.http.guard import Gate, forbidden
 from sparkiq.http.keypath import KeyPath
 from sparkiq.http.keyread import read_key
-from sparkiq.http.locate import Call, LocalReplica, Locator, new_call
+from sparkiq.http.locate import Call, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
 from sparkiq.http.openapi import rendered
 from sparkiq.http.params import (
@@ -37,10 +36,11 @@ from sparkiq.http.params import (
     codecs,
     decode_segment,
     int_param,
+    no_fixed_placement,
     parse_key_text,
     parse_query,
 )
-from sparkiq.http.parts import Headers
+from sparkiq.http.parts import Headers, TableRequest
 from sparkiq.http.pool import PoolForwarder
 from sparkiq.http.responses import (
     JSON_HEADERS,
@@ -287,19 +287,36 @@ class HttpApi:
     ) -> Answer:
         if method != endpoint.method:
             return _wrong_method(method, endpoint.method), Outcome.ERROR
+        request = self.table_request(table_name, key_segment, path, query, headers, endpoint.params)
+        if isinstance(request, Failure):
+            return failed(request)
+        table, key_text, params, call = request
+        return await endpoint.handler(table, key_text, params, call, body)
+
+    def table_request(
+        self,
+        table_name: str,
+        key_segment: str,
+        path: str,
+        query: str,
+        headers: Headers,
+        allowed: Collection[str],
+    ) -> TableRequest | Failure:
+        """The table, key text, parameters (of `allowed`) and `Call` of a request to one
+        table's endpoint, or why it cannot be answered."""
         table = self.view.table(table_name)
         if table is None:
-            return failed(self.unknown_table(table_name))
-        params = parse_query(query, endpoint.params)
+            return self.unknown_table(table_name)
+        params = parse_query(query, allowed)
         if isinstance(params, Failure):
-            return failed(params)
+            return params
         call = self.call_for(headers, params, f"{path}?{query}" if query else path)
         if isinstance(call, Failure):
-            return failed(call)
+            return call
         key_text = decode_segment(key_segment)
         if isinstance(key_text, Failure):
-            return failed(key_text)
-        return await endpoint.handler(table, key_text, params, call, body)
+            return key_text
+        return table, key_text, params, call
 
     def call_for(self, headers: Headers, params: Params, target: str) -> Call | Failure:
         """The `Call` of a request: hops and budget from its headers, lag bounds from `params`."""
@@ -354,7 +371,8 @@ class HttpApi:
         pair = codecs(table)
         store_key = pair[0].wire_to_store(wire)
         node = self.view.url
-        answer = await self.answer_from_replica(
+        answer = await readloop.read_one(
+            self,
             (table.topic, partition),
             call,
             lambda replica: read_key(
@@ -364,23 +382,6 @@ class HttpApi:
         if is_absent(answer[0]) and fanout.looks_everywhere(self, table, call):
             return await fanout.find_key(self, table, key_text, wire, partition, call)
         return answer
-
-    async def answer_from_replica(
-        self,
-        tp: TopicPartition,
-        call: Call,
-        read: Callable[[LocalReplica], Answer],
-        found: str | Failure | None = None,
-        asked: Response | Unreachable | None = None,
-    ) -> Answer:
-        """A single-partition GET: `read` a local replica, or the owner's answer as it is.
-
-        Through the one read loop (`readloop.read_one`): waits within the call's budget
-        while no replica can answer; when the active cannot answer, a standby within the
-        call's lag bound does. `asked`: what the active `found` names answered, if the
-        caller asked it once already.
-        """
-        return await readloop.read_one(self, tp, call, read, found, asked)
 
     # -- windows of one key ------------------------------------------------------------------
 
@@ -394,9 +395,10 @@ class HttpApi:
         # All windows of a key live in the partition of the key alone.
         partition = table.partition_of(wire)
         if partition is None:
-            return failed(_no_fixed_placement(table, "windows"))
+            return failed(no_fixed_placement(table, "windows"))
         cap, node = self.settings.max_windows, self.view.url
-        return await self.answer_from_replica(
+        return await readloop.read_one(
+            self,
             (table.topic, partition),
             call,
             lambda replica: windows.read(table, wire, lo, hi, partition, replica, cap, node),
@@ -412,7 +414,7 @@ class HttpApi:
             return failed(wire)
         partition = table.partition_of(wire)
         if partition is None:
-            return failed(_no_fixed_placement(table, "owner"))
+            return failed(no_fixed_placement(table, "owner"))
         placement = self.view.placement((table.topic, partition))
         return json_response(
             {
@@ -460,16 +462,6 @@ class HttpApi:
 
     def _metrics(self) -> Response:
         return Response(200, self.metrics.render(), (("content-type", METRICS_CONTENT_TYPE),))
-
-
-def _no_fixed_placement(table: TableDef, endpoint: str) -> Failure:
-    return Failure(
-        FailureReason.BAD_REQUEST,
-        f"table {table.name!r} has partitioner 'any': its keys have no fixed partition, so "
-        f"{endpoint} cannot be answered for one key; GET /v1/tables/{table.name}/keys/{{key}} "
-        "finds a key in whichever partition holds it (or register the table with the "
-        "producer's partitioner)",
-    )
 
 
 def _wrong_method(method: str, allowed: str) -> Response:

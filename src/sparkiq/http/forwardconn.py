@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable
 from contextvars import Context
 from dataclasses import dataclass
 from typing import cast
+from urllib.parse import urlsplit
 
 from sparkiq.http.wire import ANSWER_HEAD
 
 log = logging.getLogger("sparkiq.http.pool")  # one logger for all of forwarding
 
-_MAX_HEAD = 64 * 1024
+MAX_HEAD = 64 * 1024
 
 
 # Underscored though the pool imports it: the name starts the `Unreachable` messages
@@ -177,10 +179,10 @@ class ForwardConnection(asyncio.Protocol):
         if self._head is None:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
-                if len(buf) > _MAX_HEAD:
+                if len(buf) > MAX_HEAD:
                     raise _Broken("response head too large", got_bytes=True)
                 return None
-            self._head = _parse_head(bytes(buf[:end]))
+            self._head = parse_head(bytes(buf[:end]))
             self._head_len = end + 4
         status, retry_after, length, chunked, keep_alive = self._head
         start = self._head_len
@@ -203,7 +205,21 @@ class ForwardConnection(asyncio.Protocol):
         return ForwardAnswer(status, retry_after, body, keep_alive)
 
 
-def _parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
+def node_address(
+    base_url: str, tls: ssl.SSLContext | None
+) -> tuple[str, int, ssl.SSLContext | None]:
+    """Host, port and TLS context (`tls`, else the system's; None for http) of another node's
+    URL. ValueError for a URL that is not http(s)://host[:port]."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"cannot forward to {base_url!r}: only http(s)://host:port")
+    context: ssl.SSLContext | None = None
+    if parts.scheme == "https":
+        context = tls if tls is not None else ssl.create_default_context()
+    return parts.hostname, parts.port or (443 if context is not None else 80), context
+
+
+def parse_head(head: bytes) -> tuple[int, str | None, int | None, bool, bool]:
     """(status, Retry-After, Content-Length, chunked, keep-alive) of an answer's head.
 
     The head a node writes most (`wire.ANSWER_HEAD`) is read in one match instead of line by

@@ -8,7 +8,7 @@ headers, and it answers the common cases itself:
 - the key's partition has a ready active replica here: read it and render the answer (200,
   or 404 for an absent key) with `read_key`, as the generic path does;
 - otherwise (another node is the active, or nobody can answer yet): the loop every
-  single-partition read goes through (`HttpApi.answer_from_replica`), which forwards the raw
+  single-partition read goes through (`readloop.read_one`), which forwards the raw
   path and passes the owner's status and body bytes back as they are, or waits;
 - a key absent from its partition, on a table whose changelog holds misplaced records and
   asked by a client (not by another node): looked for in every other partition before the
@@ -53,6 +53,7 @@ from sparkiq.http.keyread import (
 from sparkiq.http.locate import LocalReplica, ask_budget, new_call
 from sparkiq.http.params import codecs, decode_segment, parse_key_text
 from sparkiq.http.parts import ApiParts
+from sparkiq.http.readloop import read_one
 from sparkiq.http.responses import Outcome, Response, is_absent
 
 PREFIX = b"/v1/tables/"
@@ -244,7 +245,7 @@ class KeyPath(Beyond):
         self, pending: Pending, asked: Response | Unreachable | None = None
     ) -> Response:
         """The answer to a request `answer_now` left pending: the loop every
-        single-partition read goes through (`HttpApi.answer_from_replica`), which forwards
+        single-partition read goes through (`readloop.read_one`), which forwards
         the raw path and passes the owner's status and body bytes back as they are, or
         waits. `asked`: what the owner answered `forward_now` already."""
         try:
@@ -271,8 +272,8 @@ class KeyPath(Beyond):
         api = self._api
         if pending.absent_here:
             return await self._elsewhere(pending, asked)
-        response, outcome = await api.answer_from_replica(
-            pending.tp, pending.call, pending.read, found, asked
+        response, outcome = await read_one(
+            api, pending.tp, pending.call, pending.read, found, asked
         )
         if is_absent(response) and fanout.looks_everywhere(api, pending.key[0], pending.call):
             further = self._further(pending)

@@ -135,17 +135,18 @@ class KeyWatcher:
                     yield chunk
                 return
             if isinstance(found, Ask):
-                relayed: list[bool] = []
+                began = False  # the other node's stream began (its first chunk came)
                 failure: Response | Unreachable | None = None
                 try:
-                    async for chunk in self._relay(found, routes.bound, relayed):
+                    async for chunk in self._relay(found, routes.bound):
+                        began = True
                         yield chunk
                 except Refused as refused:
                     failure = Response(refused.status, refused.body)
                 except UpstreamError as exc:
                     failure = Unreachable(found.url, str(exc))
-                if failure is None or relayed:
-                    if not relayed:  # ended at once: do not spin on it
+                if failure is None or began:
+                    if not began:  # ended at once: do not spin on it
                         await asyncio.sleep(api.settings.reconnect_pause_s)
                     return
                 if isinstance(failure, Response) and failure.status not in (503, 508):
@@ -258,9 +259,9 @@ class KeyWatcher:
 
     # -- through another node -----------------------------------------------------------------
 
-    async def _relay(self, ask: Ask, bound: int, relayed: list[bool]) -> AsyncIterator[bytes]:
-        """The events of `ask`'s node past the last one sent; `relayed` gets an entry once
-        the other node's stream began."""
+    async def _relay(self, ask: Ask, bound: int) -> AsyncIterator[bytes]:
+        """The events of `ask`'s node past the last one sent (a heartbeat for a chunk
+        without one), a chunk for each chunk of its stream."""
         api = self._api
         settings = api.settings
         target = self._target()
@@ -284,8 +285,6 @@ class KeyWatcher:
         )
         async with contextlib.aclosing(stream):
             async for chunk in stream:
-                if not relayed:
-                    relayed.append(True)
                 out = b""
                 for ev in reader.feed(chunk):
                     if ev.name != "message":

@@ -137,3 +137,14 @@ def decode_cursor(text: str) -> bytes | Failure:
             FailureReason.BAD_REQUEST,
             "cursor does not decode; pass the next_cursor of the previous page as it is",
         )
+
+
+def no_fixed_placement(table: TableDef, endpoint: str) -> Failure:
+    """400: `endpoint` reads one key's partition, which a table of partitioner `any` has not."""
+    return Failure(
+        FailureReason.BAD_REQUEST,
+        f"table {table.name!r} has partitioner 'any': its keys have no fixed partition, so "
+        f"{endpoint} cannot be answered for one key; GET /v1/tables/{table.name}/keys/{{key}} "
+        "finds a key in whichever partition holds it (or register the table with the "
+        "producer's partitioner)",
+    )

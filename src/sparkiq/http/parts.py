@@ -6,18 +6,22 @@ through this protocol, so none of them imports the API module (which imports the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection
 from typing import Protocol
 
 from sparkiq.core.queries import Failure
-from sparkiq.core.topology import TopicPartition
-from sparkiq.http.forward import Forwarder, Unreachable
-from sparkiq.http.locate import Call, LocalReplica, Locator
+from sparkiq.core.tables import TableDef
+from sparkiq.http.forward import Forwarder
+from sparkiq.http.locate import Call, Locator
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.params import Params
-from sparkiq.http.responses import Answer, Response
+from sparkiq.http.responses import Answer
 from sparkiq.http.settings import HttpSettings
 from sparkiq.http.view import NodeView
+
+# What a request to one table's endpoint carries: its table, key text ("" for table-wide
+# endpoints), query parameters and `Call`.
+TableRequest = tuple[TableDef, str, Params, Call]
 
 
 class Headers(Protocol):
@@ -27,7 +31,7 @@ class Headers(Protocol):
 
 
 class ApiParts(Protocol):
-    """The node's view, settings, metrics, locator and forwarder, and the read loop."""
+    """The node's view, settings, metrics, locator and forwarder, and what requests share."""
 
     view: NodeView
     settings: HttpSettings
@@ -35,12 +39,17 @@ class ApiParts(Protocol):
     locator: Locator
     forwarder: Forwarder
 
-    def unknown_table(self, name: str) -> Failure:
-        """404 for a table this node does not know (503 while it has not read the catalog)."""
-        ...
-
-    def call_for(self, headers: Headers, params: Params, target: str) -> Call | Failure:
-        """The `Call` of a request: hops and budget from its headers, lag bounds from `params`."""
+    def table_request(
+        self,
+        table_name: str,
+        key_segment: str,
+        path: str,
+        query: str,
+        headers: Headers,
+        allowed: Collection[str],
+    ) -> TableRequest | Failure:
+        """The table, key text, parameters (of `allowed`) and `Call` of a request to one
+        table's endpoint, or why it cannot be answered (`HttpApi.table_request`)."""
         ...
 
     def read_raised(self, method: str, path: str, exc: Exception) -> bool:
@@ -49,15 +58,4 @@ class ApiParts(Protocol):
 
     def error_answer(self, method: str, path: str, exc: Exception) -> Answer:
         """The answer to an exception that escaped answering `method path`."""
-        ...
-
-    async def answer_from_replica(
-        self,
-        tp: TopicPartition,
-        call: Call,
-        read: Callable[[LocalReplica], Answer],
-        found: str | Failure | None = None,
-        asked: Response | Unreachable | None = None,
-    ) -> Answer:
-        """A single-partition GET: a local replica read, or the owner's answer as it is."""
         ...

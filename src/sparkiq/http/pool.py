@@ -19,11 +19,17 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from contextvars import copy_context
-from urllib.parse import urlsplit
 
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.http.forward import Unreachable
-from sparkiq.http.forwardconn import Expired, ForwardAnswer, ForwardConnection, Waiting, _Broken
+from sparkiq.http.forwardconn import (
+    Expired,
+    ForwardAnswer,
+    ForwardConnection,
+    Waiting,
+    _Broken,
+    node_address,
+)
 from sparkiq.http.guard import FORWARD_HEADERS
 from sparkiq.http.requestid import REQUEST_ID
 from sparkiq.http.responses import JSON_HEADERS, Response
@@ -161,14 +167,8 @@ class PoolForwarder:
     def _origin(self, base_url: str) -> _Origin:
         origin = self._origins.get(base_url)
         if origin is None:
-            parts = urlsplit(base_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"cannot forward to {base_url!r}: only http(s)://host:port")
-            tls: ssl.SSLContext | None = None
-            if parts.scheme == "https":
-                tls = self._ssl if self._ssl is not None else ssl.create_default_context()
-            default_port = 443 if tls is not None else 80
-            origin = _Origin(parts.hostname, parts.port or default_port, self._keep, tls)
+            host, port, tls = node_address(base_url, self._ssl)
+            origin = _Origin(host, port, self._keep, tls)
             self._origins[base_url] = origin
         return origin
 

@@ -139,12 +139,7 @@ class StaticView:
         """A change applied to this node's replica, as the restorer would: `key` set to
         `value` (None: deleted) in its partition's store, the replica's position one
         further, the key's watchers told. Returns the new position."""
-        codec = key_codec(table)
-        wire = codec.parse_json(key)
-        partition = table.partition_of(wire)
-        assert partition is not None
-        tp = (table.topic, partition)
-        store_key = codec.wire_to_store(wire)
+        tp, store_key = where(table, key)
         encoded = None if value is None else value_codec(table).encode(value)
         store = self.local_store(tp)
         if encoded is None:
@@ -263,14 +258,7 @@ def put_value(
 ) -> int:
     """Write `key` (its JSON form) -> `value` where the table's partitioner puts it, or in
     `partition` (a misplaced record, or a table of partitioner `any`); the partition."""
-    codec = key_codec(table)
-    wire = codec.parse_json(key)
-    if partition is None:
-        partition = table.partition_of(wire)
-        if partition is None:
-            raise ValueError(f"table {table.name!r} has no fixed placement: pass partition=")
-    tp = (table.topic, partition)
-    store_key = codec.wire_to_store(wire)
+    tp, store_key = where(table, key, partition)
     if window_start is not None:
         store_key = window_store_key(store_key, window_start)
     if isinstance(stores, StaticView):
@@ -278,7 +266,21 @@ def put_value(
     else:
         store = stores.setdefault(tp, DictStore())
     store.put(store_key, value_codec(table).encode(value))
-    return partition
+    return tp[1]
+
+
+def where(
+    table: TableDef, key: object, partition: int | None = None
+) -> tuple[TopicPartition, bytes]:
+    """The partition (the table's partitioner's, unless given) and store key of `key` (its
+    JSON form)."""
+    codec = key_codec(table)
+    wire = codec.parse_json(key)
+    if partition is None:
+        partition = table.partition_of(wire)
+        if partition is None:
+            raise ValueError(f"table {table.name!r} has no fixed placement: pass partition=")
+    return (table.topic, partition), codec.wire_to_store(wire)
 
 
 class StaticWatch:

@@ -14,9 +14,8 @@ from collections.abc import AsyncGenerator
 from urllib.parse import urlsplit
 
 from sparkiq.auth.cluster import ClusterCredential
+from sparkiq.http.forwardconn import _Broken, node_address, parse_head
 from sparkiq.http.wire import forward_request
-
-_MAX_HEAD = 16_384
 
 
 class UpstreamError(Exception):
@@ -58,20 +57,17 @@ class Upstream:
         an answer that is not a 200 stream, `UpstreamError` when it cannot be had, breaks, or
         sends nothing for `idle_timeout_s` (its heartbeats stopped: the node or the path to
         it is gone)."""
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UpstreamError(f"cannot relay from {base_url!r}: only http(s)://host:port")
-        tls: ssl.SSLContext | None = None
-        if parts.scheme == "https":
-            tls = self._ssl if self._ssl is not None else ssl.create_default_context()
-        port = parts.port or (443 if tls is not None else 80)
+        try:
+            host, port, tls = node_address(base_url, self._ssl)
+        except ValueError as exc:
+            raise UpstreamError(str(exc)) from exc
         if last_event_id is not None:
             extra += f"last-event-id: {last_event_id}\r\n"
         signature = None if self._cluster is None else self._cluster.sign("GET", target, hops + 1)
         request = forward_request(
             "GET",
             target,
-            parts.netloc,
+            urlsplit(base_url).netloc,
             hops + 1,
             max(int(budget_s * 1000), 1),
             extra,
@@ -82,17 +78,18 @@ class Upstream:
         try:
             async with asyncio.timeout(connect_timeout_s):
                 reader, writer = await asyncio.open_connection(
-                    parts.hostname, port, ssl=tls, server_hostname=parts.hostname if tls else None
+                    host, port, ssl=tls, server_hostname=host if tls else None
                 )
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
         try:
             writer.write(request)
             async with asyncio.timeout(connect_timeout_s):
-                status, headers = await _read_head(reader)
-            if status != 200:
-                raise Refused(status, await _read_body(reader, headers))
-            if headers.get("transfer-encoding", "").lower() != "chunked":
+                head = await reader.readuntil(b"\r\n\r\n")
+                status, _, length, chunked, _ = parse_head(head[:-4])
+                if status != 200:
+                    raise Refused(status, await reader.readexactly(length or 0))
+            if not chunked:
                 raise UpstreamError(f"{base_url} did not answer with a chunked stream")
             while True:
                 async with asyncio.timeout(idle_timeout_s):
@@ -104,36 +101,15 @@ class Upstream:
                         return
                     chunk = await reader.readexactly(size + 2)
                 yield chunk[:-2]
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (
+            OSError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+            _Broken,
+        ) as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
             raise UpstreamError(f"{base_url} sent nothing in time") from exc
         finally:
             writer.close()
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    try:
-        raw = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError as exc:
-        raise UpstreamError("answer head too large") from exc
-    if len(raw) > _MAX_HEAD:
-        raise UpstreamError("answer head too large")
-    lines = raw.decode("latin-1").split("\r\n")
-    try:
-        status = int(lines[0].split(" ", 2)[1])
-    except (IndexError, ValueError) as exc:
-        raise UpstreamError(f"not an HTTP answer: {lines[0][:80]!r}") from exc
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return status, headers
-
-
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-    length = headers.get("content-length")
-    if length is None or not length.isdigit():
-        return b""
-    return await reader.readexactly(int(length))

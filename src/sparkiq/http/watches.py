@@ -15,12 +15,12 @@ import time
 import orjson
 
 from sparkiq.auth import Identity
-from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.queries import Failure
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.guard import FORWARD_HEADERS, forbidden
 from sparkiq.http.interface import Stream
 from sparkiq.http.keywatch import KeyWatcher, WatchedKey, parse_event_id
-from sparkiq.http.params import codecs, decode_segment, parse_key_text, parse_query
+from sparkiq.http.params import codecs, decode_segment, no_fixed_placement, parse_key_text
 from sparkiq.http.parts import ApiParts, Headers
 from sparkiq.http.responses import (
     JSON_HEADERS,
@@ -74,30 +74,16 @@ class Watches:
             return failure_response(name)
         if not identity.may_read(name):
             return forbidden(identity, name)
-        table = api.view.table(name)
-        if table is None:
-            return failure_response(api.unknown_table(name))
-        params = parse_query(query, WATCH_PARAMS)
-        if isinstance(params, Failure):
-            return failure_response(params)
-        call = api.call_for(headers, params, f"{path}?{query}" if query else path)
-        if isinstance(call, Failure):
-            return failure_response(call)
-        key_text = decode_segment(parts[5])
-        if isinstance(key_text, Failure):
-            return failure_response(key_text)
+        request = api.table_request(name, parts[5], path, query, headers, WATCH_PARAMS)
+        if isinstance(request, Failure):
+            return failure_response(request)
+        table, key_text, _, call = request
         wire = parse_key_text(table, key_text, settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failure_response(wire)
         partition = table.partition_of(wire)
         if partition is None:
-            return failure_response(
-                Failure(
-                    FailureReason.BAD_REQUEST,
-                    f"table {table.name!r} has no fixed placement (partitioner any): a key "
-                    "cannot be watched in one partition",
-                )
-            )
+            return failure_response(no_fixed_placement(table, "a watch"))
         seen: int | None = None
         last_event_id = headers.get(LAST_EVENT_ID)
         if last_event_id is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkiq.http.forwardconn import _parse_head
+from sparkiq.http.forwardconn import parse_head
 
 NODE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 95\r\n"
@@ -37,4 +37,4 @@ NODE_HEAD = (
 def test_answer_heads_are_read_the_same_whichever_way(
     head: bytes, expected: tuple[int, str | None, int | None, bool, bool]
 ) -> None:
-    assert _parse_head(head) == expected
+    assert parse_head(head) == expected

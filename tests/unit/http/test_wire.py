@@ -14,7 +14,7 @@ import httptools
 import pytest
 
 from sparkiq.auth.cluster import ClusterCredential
-from sparkiq.http.forwardconn import _parse_head
+from sparkiq.http.forwardconn import parse_head
 from sparkiq.http.guard import FORWARD_HEADERS
 from sparkiq.http.pool import PoolForwarder, _Origin
 from sparkiq.http.requestid import REQUEST_ID
@@ -126,7 +126,7 @@ def test_the_answer_a_node_writes_most_is_read_in_one_match(status: int) -> None
     written = ANSWER % (status_line(status), 12, b"0123456789abcdef", b"{}" * 6)
     head = written[: written.index(b"\r\n\r\n")]
     assert ANSWER_HEAD.fullmatch(head) is not None
-    assert _parse_head(head) == (status, None, 12, False, True)
+    assert parse_head(head) == (status, None, 12, False, True)
     assert written.endswith(b"\r\n\r\n" + b"{}" * 6)
     found = FOUND % (2, b"r", b"{}")
     assert found == ANSWER % (status_line(200), 2, b"r", b"{}")
