@@ -11,6 +11,10 @@ next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max
 a standby answers from its own replica; then any node, which forwards or stands in itself.
 It goes round that list, refreshing the map at most once a second, until its budget is
 spent; only then does a request fail. Errors are `ClientError`.
+
+Reads are monotonic by default: the client keeps the newest consistency token it saw per
+table (`token`) and sends it with every read of that table as `after=`, so no answer --
+from whichever node, across a failover -- is older than one it already had.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -32,10 +35,11 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from sparkiq.core.errors import ClientError, FormatError, SparkiqError
-from sparkiq.core.partitioner import Partitioner
+from sparkiq.clientroutes import Routes, dedupe, parse_routes
+from sparkiq.core.errors import ClientError, FormatError
+from sparkiq.core.positions import BadPositions, TokenBook
 from sparkiq.core.serde import key_codec
-from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.core.tables import Format
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.sse import EventReader
 from sparkiq.http.tls import client_context
@@ -43,15 +47,6 @@ from sparkiq.http.tls import client_context
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
 # another node), the answer comes.
 _RETRYABLE = frozenset({429, 502, 503, 504, 508})
-
-
-@dataclass
-class _Routes:
-    tables: dict[str, TableDef] = field(default_factory=dict)
-    active: dict[tuple[str, int], str] = field(default_factory=dict)
-    standbys: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-    nodes: list[str] = field(default_factory=list)
-    fetched_at: float = 0.0
 
 
 def _key_text(key: object) -> str:
@@ -89,10 +84,12 @@ class Client:
         token: str | None = None,
         api_key: str | None = None,
         ca_file: str | Path | None = None,
+        monotonic: bool = True,
     ) -> None:
         """`token` (a bearer JWT) or `api_key` authenticate every request; `ca_file` is
         the CA that https:// nodes' certificates are checked against (default: the
-        system's trust store)."""
+        system's trust store). `monotonic`: send each read the newest consistency token
+        seen for its table (see the module)."""
         seeds = [urls] if isinstance(urls, str) else list(urls)
         if not seeds:
             raise ClientError("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
@@ -107,10 +104,25 @@ class Client:
         sent.update(headers or {})
         verify: ssl.SSLContext | bool = client_context(Path(ca_file)) if ca_file else True
         self._http = httpx.Client(timeout=timeout_s, headers=sent, verify=verify)
-        self._routes = _Routes(nodes=list(self._seeds))
+        self._routes = Routes(nodes=list(self._seeds))
         self._rr = itertools.count()
+        self._tokens = TokenBook() if monotonic else None
 
     # ---- public API -----------------------------------------------------------------
+
+    def token(self, table: str) -> str:
+        """The newest consistency token seen for `table` ("" if none): hand it to another
+        client's `observe` to read at least as fresh an answer there."""
+        return self._tokens.token(table) if self._tokens is not None else ""
+
+    def observe(self, table: str, token: str) -> None:
+        """Reads of `table` from now on reflect at least `token` (another answer's)."""
+        if self._tokens is None:
+            raise ClientError("this client was made with monotonic=False: it sends no token")
+        try:
+            self._tokens.observe(table, token)
+        except BadPositions as exc:
+            raise ClientError(f"{token[:80]!r} is not a consistency token: {exc}") from exc
 
     def tables(self) -> list[dict[str, Any]]:
         tables: list[dict[str, Any]] = self._request_any("GET", "/v1/tables")["tables"]
@@ -148,7 +160,7 @@ class Client:
         def ask(active: str | None, indices: list[int]) -> list[Any]:
             body = {"keys": [wanted[i] for i in indices]}
             plan = partial(self._owner_plan, active, list(fallbacks[active]))
-            answer = self._send("POST", path, plan, json_body=body)
+            answer = self._send("POST", path, plan, json_body=body, table=table)
             assert answer is not None
             items: list[Any] = answer["items"]
             return items
@@ -185,7 +197,7 @@ class Client:
         path = f"/v1/tables/{quote(table, safe='')}/range"
         plan = partial(self._owner_plan, self._holder_of_most(table), ())
         while True:
-            page = self._send("GET", path, plan, params=params)
+            page = self._send("GET", path, plan, params=params, table=table)
             assert page is not None
             for item in page["items"]:
                 yield item["key"], item["value"]
@@ -258,7 +270,7 @@ class Client:
                 last = exc
                 continue
             if resp.status_code == 200:
-                self._routes = self._parse_routes(resp.json())
+                self._routes = parse_routes(resp.json(), self._seeds)
                 return
             last = ClientError(f"{url} answered {resp.status_code} to /v1/metadata")
         raise ClientError(f"no node answered /v1/metadata (tried {self._candidates()}): {last}")
@@ -279,59 +291,25 @@ class Client:
 
     # ---- routing --------------------------------------------------------------------
 
-    def _parse_routes(self, meta: dict[str, Any]) -> _Routes:
-        tables: dict[str, TableDef] = {}
-        for t in meta.get("tables", []):
-            try:
-                tables[t["name"]] = TableDef(
-                    name=t["name"],
-                    topic=t["topic"],
-                    partitions=int(t["partitions"]),
-                    key_format=Format(t["key_format"]),
-                    value_format=Format.BYTES,  # values are rendered by the nodes
-                    kind=TableKind(t["kind"]),
-                    window_size_ms=t.get("window_size_ms"),
-                    key_schema="{}" if t["key_format"] == "avro" else None,
-                    # Nodes before per-table partitioners placed every key with murmur2.
-                    partitioner=Partitioner(t.get("partitioner", "murmur2")),
-                )
-            except (KeyError, ValueError, SparkiqError):
-                continue
-        active = {
-            (p["table"], int(p["partition"])): p["active"]
-            for p in meta.get("partitions", [])
-            if p.get("active")
-        }
-        standbys = {
-            (p["table"], int(p["partition"])): [*p.get("standbys", []), *p.get("warming", [])]
-            for p in meta.get("partitions", [])
-        }
-        nodes = sorted({n["url"] for n in meta.get("nodes", [])} | set(self._seeds))
-        return _Routes(
-            tables=tables,
-            active=active,
-            standbys=standbys,
-            nodes=nodes,
-            fetched_at=time.monotonic(),
-        )
-
     def _replicas(self, table: str, key_text: str) -> tuple[str | None, list[str]]:
         """The active's URL (None if unknown) and the standbys' URLs of a key's partition."""
+        partition = self._partition_of(table, key_text)
+        if partition is None:
+            return None, []
+        tp = (table, partition)
+        return self._routes.active.get(tp), self._routes.standbys.get(tp, [])
+
+    def _partition_of(self, table: str, key_text: str) -> int | None:
+        """A key's partition, by the map's table definition (None: not known here)."""
         routes = self._fresh_routes()
-        if routes is None:
-            return None, []
-        tdef = routes.tables.get(table)
+        tdef = None if routes is None else routes.tables.get(table)
         if tdef is None or tdef.key_format is Format.AVRO:
-            return None, []
+            return None
         try:
             wire = key_codec(tdef).parse_text(key_text)
         except FormatError:
-            return None, []  # let a node answer with the precise 400
-        partition = tdef.partition_of(wire)
-        if partition is None:
-            return None, []  # placement unknown: any node asks every partition
-        tp = (table, partition)
-        return routes.active.get(tp), routes.standbys.get(tp, [])
+            return None  # let a node answer with the precise 400
+        return tdef.partition_of(wire)  # None: placement unknown, any node asks all
 
     def _holder_of_most(self, table: str) -> str | None:
         """The node that is active for most of `table`'s partitions (fewest forwards)."""
@@ -341,7 +319,7 @@ class Client:
         counts = Counter(url for (name, _), url in routes.active.items() if name == table)
         return counts.most_common(1)[0][0] if counts else None
 
-    def _fresh_routes(self) -> _Routes | None:
+    def _fresh_routes(self) -> Routes | None:
         """The partition map, fetched again once `refresh_interval_s` old (None: no node
         answered)."""
         if time.monotonic() - self._routes.fetched_at > self._refresh_interval_s:
@@ -370,12 +348,22 @@ class Client:
         def plan() -> list[tuple[str, bool]]:
             return self._owner_plan(*self._replicas(table, key_text))
 
-        return self._send(method, path, plan, params=params, absent_ok=absent_ok, reads=reads)
+        partition = self._partition_of(table, key_text)
+        return self._send(
+            method,
+            path,
+            plan,
+            params=params,
+            absent_ok=absent_ok,
+            reads=reads,
+            table=table,
+            partitions=None if partition is None else (partition,),
+        )
 
     def _owner_plan(self, active: str | None, standbys: Sequence[str]) -> list[tuple[str, bool]]:
         """The nodes to ask in turn: the active, the standbys (`max_lag`), then anyone."""
         first = [(active, False)] if active else []
-        return _dedupe(first + [(u, True) for u in standbys if u != active] + self._anyone())
+        return dedupe(first + [(u, True) for u in standbys if u != active] + self._anyone())
 
     def _request_any(
         self,
@@ -402,6 +390,8 @@ class Client:
         json_body: object | None = None,
         absent_ok: bool = False,
         reads: bool = True,
+        table: str | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> dict[str, Any] | None:
         """Ask the nodes of `plan()` (URL, is a standby) in turn until one answers.
 
@@ -409,11 +399,17 @@ class Client:
         answers from its own replica (not when `reads` is False: no replica is read).
         Refused or broken connections, timeouts and 429/502/503/504/508 move on to the next
         node; after a round the map is refreshed (at most once a second) and the round
-        starts again after a short pause, until the budget is spent.
+        starts again after a short pause, until the budget is spent. A read of `table`
+        carries the table's token (of `partitions`, when known) and keeps its answer's.
         """
         query = dict(params or {})
         standby_query = dict(query)
+        tokens = self._tokens if reads and table is not None else None
         if reads:  # a read of a replica: how far behind the changelog it may be
+            if tokens is not None and table is not None:
+                after = tokens.token(table, partitions)
+                if after:
+                    query["after"] = after
             if self._max_lag is not None:
                 query["max_lag"] = str(self._max_lag)
             standby_query = dict(query)
@@ -448,6 +444,9 @@ class Client:
             else:
                 if resp.status_code == 200:
                     answer: dict[str, Any] = resp.json()
+                    if tokens is not None and table is not None:
+                        with contextlib.suppress(BadPositions, TypeError):
+                            tokens.observe(table, answer.get("token") or "")
                     return answer
                 error = _error_of(resp)
                 if resp.status_code == 404 and absent_ok and error[0] == ErrorCode.NOT_FOUND:
@@ -468,17 +467,6 @@ class Client:
         self._refreshed_at = now
         with contextlib.suppress(ClientError):
             self.refresh()
-
-
-def _dedupe(order: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    """Each URL once, where it first appears."""
-    seen: set[str] = set()
-    out: list[tuple[str, bool]] = []
-    for url, is_standby in order:
-        if url not in seen:
-            seen.add(url)
-            out.append((url, is_standby))
-    return out
 
 
 def _error_of(resp: httpx.Response) -> tuple[str, str]:

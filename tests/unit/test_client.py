@@ -105,6 +105,36 @@ async def test_client_retries_503_within_its_budget(stack: AsyncExitStack) -> No
     assert 0.7 < waited < 3.0
 
 
+async def test_reads_are_monotonic_across_nodes_by_default(stack: AsyncExitStack) -> None:
+    dead, fresh, stale = url(), url(), url()
+    view, _ = await standby_node(stack, fresh, dead)
+    await standby_node(stack, stale, dead)
+    p = USERS.partition_of(b"user-4")
+    assert p is not None
+    # The fresh node's replica has applied 3 more records; user-4 changed among them.
+    view.set_placement((USERS.topic, p), dead, [fresh], offset=10, lag=0)
+    put_value(view, USERS, "user-4", {"n": 40})
+    with Client(fresh, budget_s=0.8) as client:
+        assert await asyncio.to_thread(client.get, "users", "user-4") == {"n": 40}
+        assert client.token("users") == f"{p}-10"
+        handed = client.token("users")
+    # Another client, asking only the stale node (offset 7): it never sees the older value.
+    with Client(stale, budget_s=0.8) as client:
+        client.observe("users", handed)
+        with pytest.raises(ClientError, match=r"no answer within 0\.8s"):
+            await asyncio.to_thread(client.get, "users", "user-4")
+        # Another partition: the token does not hold it back.
+        other = next(
+            k for k in (f"user-{i}" for i in range(1, 10)) if USERS.partition_of(k.encode()) != p
+        )
+        assert await asyncio.to_thread(client.get, "users", other) is not None
+        with pytest.raises(ClientError, match="not a consistency token"):
+            client.observe("users", "nope")
+    with Client(stale, budget_s=0.8, monotonic=False) as client:
+        assert await asyncio.to_thread(client.get, "users", "user-4") == {"n": 4}
+        assert client.token("users") == ""
+
+
 # -- routing by each table's partitioner -------------------------------------------------------
 
 CUSTOMERS = TableDef("customers", "customers-changelog", 6, partitioner=Partitioner.CRC32)

@@ -10,6 +10,7 @@ event are all this text; clients treat it as opaque.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 
 Positions = dict[int, int]
@@ -71,3 +72,28 @@ def merge(into: Positions, other: Mapping[int, int]) -> Positions:
 def covers(have: Mapping[int, int], want: Mapping[int, int], partitions: Iterable[int]) -> bool:
     """Whether `have` is at or past `want` in each of `partitions` `want` names."""
     return all(have.get(p, -1) >= want[p] for p in partitions if p in want)
+
+
+class TokenBook:
+    """The newest positions seen per table (a client's consistency tokens); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[str, Positions] = {}
+
+    def observe(self, table: str, token: str) -> None:
+        """Merge an answer's `token` (raises `BadPositions` if it is not one)."""
+        seen = decode(token)
+        if seen:
+            with self._lock:
+                merge(self._tables.setdefault(table, {}), seen)
+
+    def token(self, table: str, partitions: Iterable[int] | None = None) -> str:
+        """The token of `table` (of `partitions` only, if given); "" when none is known."""
+        with self._lock:
+            known = self._tables.get(table)
+            if not known:
+                return ""
+            if partitions is None:
+                return encode(known)
+            return encode({p: known[p] for p in partitions if p in known})

@@ -32,11 +32,13 @@ from sparkiq.http.locate import Call, Locator, new_call
 from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
 from sparkiq.http.openapi import rendered
 from sparkiq.http.params import (
+    AFTER_PARAM,
     Params,
     codecs,
     decode_segment,
     int_param,
     no_fixed_placement,
+    parse_after,
     parse_key_text,
     parse_query,
 )
@@ -103,7 +105,7 @@ class HttpApi:
         # Admits each request (id, load, caller, cluster headers) before it is answered.
         self.gate = Gate(auth, self.settings, self.metrics)
         self.locator = Locator(view, self.settings, self.forwarder)
-        lag = ("max_lag", FALLBACK_PARAM)
+        lag = ("max_lag", FALLBACK_PARAM, AFTER_PARAM)
         self._key_endpoint = _Endpoint("key", "GET", frozenset((*lag, "partitions")), self._get_key)
         self._table_endpoints = {
             "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
@@ -313,6 +315,11 @@ class HttpApi:
         call = self.call_for(headers, params, f"{path}?{query}" if query else path)
         if isinstance(call, Failure):
             return call
+        if AFTER_PARAM in params:
+            after = parse_after(params[AFTER_PARAM], table)
+            if isinstance(after, Failure):
+                return after
+            call.after = after
         key_text = decode_segment(key_segment)
         if isinstance(key_text, Failure):
             return key_text

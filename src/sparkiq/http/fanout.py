@@ -21,6 +21,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
+from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.serde import split_window_store_key
 from sparkiq.core.tables import TableDef
@@ -35,6 +36,7 @@ from sparkiq.http.gather import (
 )
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import (
+    AFTER_PARAM,
     Params,
     codecs,
     decode_cursor,
@@ -49,7 +51,17 @@ from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.settings import FALLBACK_PARAM
 
 RANGE_PARAMS = frozenset(
-    ("from", "to", "prefix", "limit", "cursor", "max_lag", "partitions", FALLBACK_PARAM)
+    (
+        "from",
+        "to",
+        "prefix",
+        "limit",
+        "cursor",
+        "max_lag",
+        "partitions",
+        FALLBACK_PARAM,
+        AFTER_PARAM,
+    )
 )
 
 # Window starts of a windowed table's store keys: the 8 bytes after the key.
@@ -210,6 +222,7 @@ async def find_key(
         "value": hit.value,
         "partition": hit.partition,
         "offset": hit.offset,
+        "token": positions.encode(got.sources.offsets),
         "node": hit.node,
         "standby": hit.standby,
     }

@@ -31,11 +31,12 @@ from urllib.parse import quote
 
 import orjson
 
+from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http.locate import Call, LocalReplica
-from sparkiq.http.params import codecs, decode_cursor, encode_cursor
+from sparkiq.http.params import AFTER_PARAM, codecs, decode_cursor, encode_cursor
 from sparkiq.http.parts import ApiParts
 from sparkiq.http.readloop import read_partitions
 from sparkiq.http.responses import Answer, Outcome, Response
@@ -73,7 +74,11 @@ class Sources:
 
     def fields(self) -> dict[str, object]:
         offsets = {str(p): o for p, o in sorted(self.offsets.items())}
-        return {"offsets": offsets, "standby": self.standby}
+        return {
+            "offsets": offsets,
+            "token": positions.encode(self.offsets),
+            "standby": self.standby,
+        }
 
 
 @dataclass
@@ -222,6 +227,8 @@ class _PlanReads:
             target = f"/v1/tables/{quote(self._table.name, safe='')}/multi-get?partitions={parts}"
             if call.max_lag is not None:
                 target += f"&max_lag={call.max_lag}"
+            if call.after is not None:
+                target += f"&{AFTER_PARAM}={positions.encode(call.after)}"
             return "POST", target, body
         return "POST", call.target, orjson.dumps({"keys": [self._public_keys[i] for i in indices]})
 

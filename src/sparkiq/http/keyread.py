@@ -28,7 +28,15 @@ from sparkiq.http.view import ReadableStore
 
 # The body of a found key, as a template: the bytes orjson would make of the same dict,
 # without building and dumping one.
-_ANSWER = b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%b,"node":%b,"standby":%b}'
+_ANSWER = (
+    b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":%d,"token":"%d-%d","node":%b,'
+    b'"standby":%b}'
+)
+# The same without a known offset (a replica whose position is not known yet).
+_ANSWER_NO_OFFSET = (
+    b'{"table":%b,"key":%b,"value":%b,"partition":%d,"offset":null,"token":"","node":%b,'
+    b'"standby":%b}'
+)
 # Enum members as module constants: on Python 3.11 `Outcome.LOCAL` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
 _LOCAL, _STANDBY = Outcome.LOCAL, Outcome.STANDBY
@@ -95,17 +103,32 @@ def read_answer(
         )
         return failure_response(failure), outcome
     key_codec, value_codec = pair
-    body = _ANSWER % (
-        name_json,
-        # A string key renders as the text it was parsed from (`wire` is its UTF-8).
-        orjson.dumps(key_text if key_codec.format is _STRING else key_codec.render(wire)),
-        # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
-        value_codec.render_json(value),
-        partition,
-        b"null" if offset is None else b"%d" % offset,
-        node_json,
-        b"true" if standby else b"false",
-    )
+    # A string key renders as the text it was parsed from (`wire` is its UTF-8).
+    key_json = orjson.dumps(key_text if key_codec.format is _STRING else key_codec.render(wire))
+    # Already-validated JSON bytes, embedded as they are: no parse-and-dump.
+    value_json = value_codec.render_json(value)
+    standby_json = b"true" if standby else b"false"
+    if offset is None:
+        body = _ANSWER_NO_OFFSET % (
+            name_json,
+            key_json,
+            value_json,
+            partition,
+            node_json,
+            standby_json,
+        )
+    else:
+        body = _ANSWER % (
+            name_json,
+            key_json,
+            value_json,
+            partition,
+            offset,
+            partition,  # the token: this partition's position, as `positions.one` writes it
+            offset,
+            node_json,
+            standby_json,
+        )
     return body, outcome
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
@@ -247,6 +248,7 @@ class KeyWatcher:
             "value": None if value is None else self._render_value(value),
             "partition": key.partition,
             "offset": position,
+            "token": self._event_id(position),
             "node": api.view.url,
             "standby": not placement.is_local_active,
         }
@@ -255,7 +257,7 @@ class KeyWatcher:
         return sse.event(self._event_id(position), orjson.dumps(doc))
 
     def _event_id(self, position: int) -> str:
-        return f"{self._key.partition}-{position}"
+        return positions.one(self._key.partition, position)
 
     # -- through another node -----------------------------------------------------------------
 

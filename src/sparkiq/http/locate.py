@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from sparkiq.core.positions import Positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
@@ -42,6 +43,17 @@ class Call:
     # Set on a read another node sends after its active failed: answer from this node's own
     # replica within this many offsets, or 503 at once (never forward, never wait).
     fallback_lag: int | None = None
+    # A consistency token's positions (`after=`): partition -> the position a replica must
+    # have reached to answer for it (`sparkiq.core.positions`).
+    after: Positions | None = None
+
+    def fresh(self, tp: TopicPartition, replica: LocalReplica) -> bool:
+        """Whether `replica` has applied what the call's token needs of `tp`."""
+        after = self.after
+        if after is None:
+            return True
+        want = after.get(tp[1])
+        return want is None or (replica.offset is not None and replica.offset >= want)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -160,6 +172,17 @@ class Locator:
             return False
         await self.view.changed(min(remaining, at_most_s))
         return call.remaining() > 0
+
+    def behind(self, tp: TopicPartition, replica: LocalReplica, call: Call) -> Failure:
+        """Why `replica` may not answer a read whose token asks for more of `tp`."""
+        want = call.after.get(tp[1]) if call.after is not None else None
+        topic, partition = tp
+        return Failure(
+            FailureReason.UNAVAILABLE,
+            f"the replica of partition {partition} of {topic} on {self.view.url} has applied "
+            f"the changelog up to offset {replica.offset}; the read's token needs {want}",
+            retry_after_s=float(self.settings.retry_after_s),
+        )
 
     def gave_up(self, call: Call, why: str) -> Failure:
         return Failure(

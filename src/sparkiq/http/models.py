@@ -50,6 +50,15 @@ Offsets = Annotated[
     dict[Annotated[str, StringConstraints(pattern=r"^[0-9]+$")], int | None],
     Field(description="Partition number -> the offset its answering replica had reached."),
 ]
+Token = Annotated[
+    str,
+    Field(
+        description="A consistency token: the changelog offsets this answer reflects (opaque; "
+        "empty when none is known). Pass it as `after=` to a later read, on any node, to be "
+        "answered by a replica at least that fresh.",
+        pattern=r"^([0-9]+-[0-9]+(\.[0-9]+-[0-9]+)*)?$",
+    ),
+]
 NodeUrl = Annotated[str, Field(description="URL of the node that read the store.")]
 Standby = Annotated[
     bool, Field(description="Whether a standby (not the active) answered, for any part.")
@@ -119,6 +128,7 @@ class KeyAnswer(BaseModel):
     value: Value
     partition: Count
     offset: Offset
+    token: Token
     node: NodeUrl
     standby: Standby
 
@@ -137,6 +147,7 @@ class WindowsAnswer(BaseModel):
     items: list[WindowItem]
     partition: Count
     offset: Offset
+    token: Token
     node: NodeUrl
     standby: Standby
 
@@ -163,6 +174,7 @@ class MultiGetItem(BaseModel):
 class MultiGetAnswer(BaseModel):
     items: list[MultiGetItem] = Field(description="One item per key asked, in the order asked.")
     offsets: Offsets
+    token: Token
     standby: Standby
 
 
@@ -183,6 +195,7 @@ class RangeAnswer(BaseModel):
         description="Pass as `cursor` for the next page; null on the last."
     )
     offsets: Offsets
+    token: Token
     standby: Standby
 
 

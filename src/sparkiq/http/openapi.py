@@ -190,7 +190,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "standby within `max_lag`), wherever it lives in the cluster. 404 with code "
             "`not_found` when the key is absent (or deleted), `unknown_table` when the "
             "table is.",
-            models.KeyAnswer, "The value.", _ON_TABLE, (*per_key, "MaxLag"),
+            models.KeyAnswer, "The value.", _ON_TABLE, (*per_key, "MaxLag", "After"),
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/windows", "get", "getWindows", "tables",
@@ -199,7 +199,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             f"both inclusive), in start order, at most {s.max_windows}. 400 with code "
             "`not_windowed` on a table that is not windowed.",
             models.WindowsAnswer, "The windows.", _ON_TABLE,
-            (*per_key, "WindowFrom", "WindowTo", "MaxLag"),
+            (*per_key, "WindowFrom", "WindowTo", "MaxLag", "After"),
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/watch", "get", "watchKey", "tables",
@@ -234,7 +234,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "strings) for `int` and `long`, any JSON for `json`, base64url strings for "
             f"`bytes`. At most {s.max_multi_get_keys} keys and {s.max_body_bytes} "
             "bytes of body (413 beyond).",
-            models.MultiGetAnswer, "The values.", _ON_TABLE, ("Table", "MaxLag"),
+            models.MultiGetAnswer, "The values.", _ON_TABLE, ("Table", "MaxLag", "After"),
             body=models.MultiGetRequest,
         ),
         _Operation(
@@ -246,7 +246,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "path. Pass `next_cursor` of a page as `cursor` to get the next one; it is "
             "null on the last page. On a windowed table each window is one item.",
             models.RangeAnswer, "One page.", _ON_TABLE,
-            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", "MaxLag"),
+            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", "MaxLag", "After"),
         ),
         _Operation(
             "/v1/metadata", "get", "metadata", "cluster", "Read the cluster map",
@@ -374,6 +374,14 @@ def _parameters(s: HttpSettings) -> JsonObject:
                    "active answers while it can; replicas within the node's bound stand in "
                    "when it cannot.",
                    {"type": "integer", "minimum": 0}),
+        "After": ("query", "after",
+                  "A consistency token (the `token` of an earlier answer, from any node): "
+                  "only a replica that has applied at least those changelog offsets of the "
+                  "partitions read may answer. A node whose replica is behind waits for it "
+                  "within the request budget, then answers 503 with `Retry-After`; never an "
+                  "older answer. A token that does not parse (or names a partition the "
+                  "table has not) is 400.",
+                  {"type": "string", "pattern": r"^([0-9]+-[0-9]+(\.[0-9]+-[0-9]+)*)?$"}),
         "WindowFrom": ("query", "from",
                        "Earliest window start (epoch ms, inclusive). Default: no bound.",
                        _LONG_MS),

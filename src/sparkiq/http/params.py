@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Collection
 from urllib.parse import parse_qsl, unquote
 
+from sparkiq.core import positions
 from sparkiq.core.errors import KeyFormatError
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.serde import KeyCodec, key_codec
@@ -19,6 +20,9 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.value_codecs import ValueCodec, value_codec
 
 Params = dict[str, str]
+
+# A read's consistency token: answer from a replica that has applied at least its offsets.
+AFTER_PARAM = "after"
 
 # Codecs by table object: the factories cache them by TableDef, whose hash walks every field;
 # this is looked up on every request. A changed definition is a new object and gets new codecs.
@@ -148,3 +152,15 @@ def no_fixed_placement(table: TableDef, endpoint: str) -> Failure:
         "finds a key in whichever partition holds it (or register the table with the "
         "producer's partitioner)",
     )
+
+
+def parse_after(text: str, table: TableDef) -> positions.Positions | Failure:
+    """The positions of an `after=` token for a read of `table`."""
+    try:
+        return positions.decode(text, table.partitions)
+    except positions.BadPositions as exc:
+        return Failure(
+            FailureReason.BAD_REQUEST,
+            f"after={text[:80]!r} is not a consistency token of table {table.name!r}: {exc} "
+            "(pass the token of an earlier answer as it came)",
+        )

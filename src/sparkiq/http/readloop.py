@@ -38,9 +38,11 @@ from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, Locator, fallback_target
 from sparkiq.http.parts import ApiParts
-from sparkiq.http.responses import Answer, Outcome, Response, failed
+from sparkiq.http.responses import Answer, Outcome, Response, error_message, failed
 
 Asked = Response | Failure | Unreachable
+# How often a read whose token is ahead of this node's active looks at it again.
+TOKEN_RECHECK_S = 0.005
 
 
 class Ask(NamedTuple):
@@ -77,6 +79,7 @@ class PartitionRoutes:
         self._failed_actives: set[TopicPartition] = set()
         self._tried: dict[TopicPartition, set[str]] = {}  # stand-ins asked in vain
         self._unreachable = False  # since the last wait
+        self._behind = False  # an active here waits to reach the token's offsets
         self.bound = call.stand_in_bound(locator.settings)
         self.last_why = ""
 
@@ -84,14 +87,25 @@ class PartitionRoutes:
         """This round's replica for `tp`: read here, ask a node, fail now, or wait (None)."""
         call, locator = self._call, self._locator
         if call.fallback_lag is not None:
-            return locator.local_only(tp, call.fallback_lag)
+            only = locator.local_only(tp, call.fallback_lag)
+            if isinstance(only, LocalReplica) and not call.fresh(tp, only):
+                return locator.behind(tp, only, call)
+            return only
         found = locator.resolve(tp, call.max_lag)
         if isinstance(found, LocalReplica):
-            return found
+            if call.fresh(tp, found):
+                return found
+            if not found.is_standby:
+                # This node's active has not applied the token's offsets yet: only it can.
+                self._behind = True
+                self.last_why = locator.behind(tp, found, call).message
+                return None
+            # A standby behind the token: the active, as if the call had no lag bound.
+            found = locator.resolve(tp, None)
         if isinstance(found, str) and tp not in self._failed_actives:
             return Ask(found, False)
         # The active cannot answer: asked in vain, none in the map, or still restoring here.
-        local = locator.stand_in(tp, self.bound)
+        local = self.stand_in(tp)
         if local is not None:
             return local
         tried = self._tried.setdefault(tp, set())
@@ -110,6 +124,14 @@ class PartitionRoutes:
                 return locator.gave_up(call, found.message)
         return None
 
+    def stand_in(self, tp: TopicPartition) -> LocalReplica | None:
+        """This node's replica of `tp` if it may answer for the active, within the lag bound
+        and the call's token."""
+        local = self._locator.stand_in(tp, self.bound)
+        if local is None or not self._call.fresh(tp, local):
+            return None
+        return local
+
     def unanswered(self, ask: Ask, tps: Iterable[TopicPartition], answer: Asked) -> None:
         """`ask` got no answer, a 503, or (a stand-in) a 508 for `tps`: the next round asks
         someone else."""
@@ -123,13 +145,17 @@ class PartitionRoutes:
             self._unreachable = True
             self.last_why = f"{who} is unreachable ({answer.message})"
         elif isinstance(answer, Response):
-            self.last_why = f"{who} answered {answer.status}"
+            said = error_message(answer)
+            self.last_why = f"{who} answered {answer.status}" + (f" ({said})" if said else "")
         else:
             self.last_why = f"{who}: {answer.message}"
 
     def pause_s(self) -> float:
         """How long to wait for the view before the next round."""
         unreachable, self._unreachable = self._unreachable, False
+        behind, self._behind = self._behind, False
+        if behind:
+            return TOKEN_RECHECK_S
         return self._locator.settings.reconnect_pause_s if unreachable else RECHECK_S
 
 
@@ -183,7 +209,7 @@ async def read_partitions(
                     api.metrics.forward_failed(answer)
                 elif not ask.as_stand_in and (isinstance(answer, Failure) or answer.status == 508):
                     # Past the hop limit: this node's replicas may answer; else the 508 does.
-                    done = _stand_in_here(locator, routes.bound, reads, asked_tps, answer)
+                    done = _stand_in_here(routes, reads, asked_tps, answer)
                     if done is not None:
                         return done
                     continue
@@ -218,15 +244,14 @@ async def _send(
 
 
 def _stand_in_here(
-    locator: Locator,
-    bound: int,
+    routes: PartitionRoutes,
     reads: Reads,
     tps: Sequence[TopicPartition],
     answer: Response | Failure,
 ) -> Answer | None:
     """`tps` read from this node's replicas for an active past the hop limit, if it has one
     for each; else the active's answer."""
-    replicas = [locator.stand_in(tp, bound) for tp in tps]
+    replicas = [routes.stand_in(tp) for tp in tps]
     if None in replicas:
         return failed(answer) if isinstance(answer, Failure) else (answer, Outcome.FORWARDED)
     for tp, replica in zip(tps, replicas, strict=True):

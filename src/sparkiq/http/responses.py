@@ -101,3 +101,14 @@ def failure_response(failure: Failure) -> Response:
 
 def bad_request(message: str) -> Failure:
     return Failure(FailureReason.BAD_REQUEST, message)
+
+
+def error_message(response: Response) -> str:
+    """The message of an error answer in sparkiq's shape (another node's), or ""."""
+    try:
+        doc = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        return ""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else ""

@@ -7,6 +7,7 @@ range are one scan of its partition's store.
 
 from __future__ import annotations
 
+from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import TableDef
@@ -83,6 +84,7 @@ def read(
             "items": items[:cap],
             "partition": partition,
             "offset": replica.offset,
+            "token": positions.encode({partition: replica.offset}),
             "node": node,
             "standby": replica.is_standby,
         }

@@ -40,3 +40,17 @@ def test_covers_only_the_partitions_read() -> None:
     assert not positions.covers({0: 9}, want, [0])
     assert not positions.covers({0: 10}, want, [0, 1])
     assert positions.covers({}, want, [2])
+
+
+def test_token_book_keeps_the_newest_per_table_and_partition() -> None:
+    book = positions.TokenBook()
+    assert book.token("users") == ""
+    book.observe("users", "0-10.1-5")
+    book.observe("users", "1-3.2-7")
+    book.observe("users", "")
+    book.observe("orders", "0-1")
+    assert book.token("users") == "0-10.1-5.2-7"
+    assert book.token("users", [1, 9]) == "1-5"
+    assert book.token("users", [9]) == ""
+    with pytest.raises(BadPositions):
+        book.observe("users", "nope")

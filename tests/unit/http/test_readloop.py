@@ -244,3 +244,106 @@ async def test_past_the_hop_limit_a_local_stand_in_answers_every_read(
     assert page.status_code == 200, page.text
     assert [i["key"] for i in page.json()["items"]] == [KEY]
     assert page.json()["standby"] is True
+
+
+# -- consistency tokens (`after=`) -------------------------------------------------------------
+
+
+def active_view(me: str, *, offset: int = 40) -> StaticView:
+    """A view in which `me` is the active of every partition of USERS (KEY = {"v": 1})."""
+    view = StaticView(me, [USERS])
+    for p in range(USERS.partitions):
+        view.set_placement((USERS.topic, p), me, store=DictStore(), offset=offset)
+    put_value(view, USERS, KEY, {"v": 1})
+    return view
+
+
+async def test_every_read_answer_carries_its_token(stack: AsyncExitStack) -> None:
+    me = url()
+    await start(stack, active_view(me))
+    p = TP[1]
+    async with httpx.AsyncClient(base_url=me, timeout=5.0) as client:
+        fast = await client.get(f"/v1/tables/users/keys/{KEY}")
+        generic = await client.get(f"/v1/tables/users/keys/{KEY}?max_lag=")
+        multi = await client.post("/v1/tables/users/multi-get", json={"keys": [KEY]})
+        page = await client.get("/v1/tables/users/range")
+    assert fast.json()["token"] == generic.json()["token"] == f"{p}-40"
+    assert multi.json()["token"] == f"{p}-40"
+    assert page.json()["token"] == ".".join(f"{q}-40" for q in range(USERS.partitions))
+
+
+async def test_a_token_ahead_of_the_active_waits_for_it(stack: AsyncExitStack) -> None:
+    me = url()
+    view = active_view(me)
+    await start(stack, view)
+    p = TP[1]
+
+    async def catch_up() -> None:
+        await asyncio.sleep(0.1)
+        for n in range(2, 7):  # offsets 41..45; the last sets {"v": 6}
+            view.apply(USERS, KEY, {"v": n})
+
+    async with httpx.AsyncClient(base_url=me, timeout=5.0) as client:
+        writer = asyncio.create_task(catch_up())
+        r = await client.get(f"/v1/tables/users/keys/{KEY}?after={p}-45")
+        await writer
+    assert r.status_code == 200, r.text
+    assert r.json()["value"] == {"v": 6}
+    assert r.json()["token"] == f"{p}-45"
+
+
+async def test_a_token_nobody_reaches_is_a_503_never_an_older_value(
+    stack: AsyncExitStack,
+) -> None:
+    asker, active = url(), url()
+    ask_view = StaticView(asker, [USERS])
+    ask_view.set_placement(TP, active, [asker], store=DictStore(), offset=38, lag=2)
+    put_value(ask_view, USERS, KEY, {"v": 0})
+    await start(stack, ask_view)
+    await start(stack, active_view(active))
+    p = TP[1]
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(base_url=asker, timeout=5.0) as client:
+        # The standby here (38) may answer within max_lag, but not the token (40): the
+        # active does.
+        r = await client.get(f"/v1/tables/users/keys/{KEY}?max_lag=10&after={p}-40")
+        assert r.status_code == 200, r.text
+        assert r.json()["value"] == {"v": 1}
+        assert r.json()["node"] == active
+        started = loop.time()
+        late = await client.get(f"/v1/tables/users/keys/{KEY}?max_lag=10&after={p}-41")
+        page = await client.get(f"/v1/tables/users/range?after={p}-41")
+    assert late.status_code == 503, late.text
+    assert loop.time() - started >= SETTINGS.request_budget_s
+    assert int(late.headers["retry-after"]) >= 1
+    assert "token needs 41" in late.text
+    assert page.status_code == 503, page.text
+
+
+async def test_a_stand_in_behind_the_token_does_not_answer(stack: AsyncExitStack) -> None:
+    me, dead = url(), url()
+    await start(stack, standby_view(me, dead, [me]))
+    p = TP[1]
+    async with httpx.AsyncClient(base_url=me, timeout=5.0) as client:
+        behind = await client.get(f"/v1/tables/users/keys/{KEY}?after={p}-41")
+        caught_up = await client.get(f"/v1/tables/users/keys/{KEY}?after={p}-40")
+        other = await client.post(
+            f"/v1/tables/users/multi-get?after={(p + 1) % USERS.partitions}-99",
+            json={"keys": [KEY]},
+        )
+    assert behind.status_code == 503, behind.text
+    assert caught_up.status_code == 200, caught_up.text
+    assert caught_up.json()["standby"] is True
+    # A token names partitions; only those the read touches count.
+    assert other.status_code == 200, other.text
+
+
+@pytest.mark.parametrize("token", ["x", "1-", "0-1.0-2", f"{USERS.partitions}-1", "0-1,1-2"])
+async def test_a_malformed_token_is_a_400(stack: AsyncExitStack, token: str) -> None:
+    me = url()
+    await start(stack, active_view(me))
+    async with httpx.AsyncClient(base_url=me, timeout=5.0) as client:
+        r = await client.get(f"/v1/tables/users/keys/{KEY}", params={"after": token})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "bad_request"
+    assert "consistency token" in r.json()["error"]["message"]
