@@ -19,14 +19,15 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import httpx
 import orjson
 import pytest
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
-from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
-from sparkiq.dev.pos.oracle import PosOracle, check_notifications
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
+from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.runner import SCRATCH_DIR
 from tests.support.e2e import read_topic
@@ -232,6 +233,44 @@ def test_every_table_from_every_node_and_every_topic_equal_the_oracle(pos_run: P
     # The dead letters are counted too: an observed metric of the routing query, summed
     # over its micro-batches by `sparkiq run` and shown in its progress lines.
     assert counted_dead_letters(pos_run) == malformed
+    check_read_your_write(pos_run, invoices)
+
+
+def check_read_your_write(run: PosRun, invoices: list[Invoice]) -> None:
+    """A fresh invoice of a PRIME customer, read back through `rewards` at once with
+    `after_source` = where Kafka put it: every answer includes its points."""
+    gen = InvoiceGenerator(99, stores=6, customers=150)
+    fresh = next(
+        inv
+        for inv in gen.invoices(500, start_ms=START_MS + 10**7, step_ms=40)
+        if inv["CustomerType"] == "PRIME" and points_for(inv) > 0
+    )
+    card = str(fresh["CustomerCardNo"])
+    want = PosOracle.of([*invoices, fresh]).rewards[card]
+    before = PosOracle.of(invoices).rewards.get(card)
+    assert want != before
+    partition, offset = produce_one(run.bootstrap, run.topics["source"], fresh)
+    started = time.monotonic()
+    source = f"{run.topics['source']}:{partition}:{offset}"
+    answered = unavailable = 0
+    with httpx.Client(timeout=30.0) as http:
+        for url in run.cluster.urls:
+            while True:
+                r = http.get(
+                    f"{url}/v1/tables/rewards/keys/{quote(card)}", params={"after_source": source}
+                )
+                if r.status_code == 503:  # the pipeline has not committed it yet: ask again
+                    unavailable += 1
+                    assert time.monotonic() - started < 120, r.text
+                    continue
+                assert r.status_code == 200, r.text
+                assert r.json()["value"] == want, f"{url} answered {r.json()} before the invoice"
+                answered += 1
+                break
+    print(
+        f"\nafter_source={source}: {answered} nodes answered with the invoice, "
+        f"{unavailable} 503s first, {time.monotonic() - started:.1f}s"
+    )
 
 
 def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(

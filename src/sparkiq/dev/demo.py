@@ -30,7 +30,8 @@ from sparkiq.core.errors import SparkiqError
 from sparkiq.dev.broker import DevBroker
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
-from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
+from sparkiq.dev.pos.oracle import points_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.offsets import true_end_offsets
 
@@ -257,7 +258,9 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
         f"    curl -s -X POST {urls[1 % len(urls)]}/v1/tables/rewards/multi-get "
         f'-d \'{{"keys": ["{prime}", "{customer}"]}}\''
     )
+    click.echo(f"    curl -sN '{urls[1 % len(urls)]}/v1/tables/rewards/keys/{prime}/watch'")
     click.echo(f"    .venv/bin/sparkiq get rewards {prime} --url {urls[-1]}")
+    click.echo(f"    .venv/bin/sparkiq watch rewards {prime} --url {urls[0]}")
     click.echo(f"    .venv/bin/sparkiq cluster --url {urls[0]}")
     click.echo(f"    topics: pos, shipments, loyalty, hadoop-sink, pos-dead-letter on {bootstrap}")
     click.echo("\nfor example:")
@@ -266,8 +269,34 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
         if len(body) > 300:
             body = body[:300] + "..."
         click.echo(f"    GET {ex}\n      -> {body}")
+    _read_your_write(urls[-1], bootstrap)
     click.echo("\nnew invoices keep arriving, so answers change; Ctrl-C stops everything.")
     sys.stdout.flush()
+
+
+def _read_your_write(url: str, bootstrap: str) -> None:
+    """Produce one invoice of a PRIME customer and read its reward back at once with
+    `after_source`: the answer waits for the pipeline and includes the invoice."""
+    invoice = next(
+        inv
+        for inv in InvoiceGenerator(seed=int(time.time())).invoices(
+            1_000, start_ms=int(time.time() * 1000)
+        )
+        if inv["CustomerType"] == "PRIME" and points_for(inv) > 0
+    )
+    card = quote(str(invoice["CustomerCardNo"]))
+    partition, offset = produce_one(bootstrap, SOURCE, invoice)
+    ex = f"{url}/v1/tables/rewards/keys/{card}?after_source={SOURCE}:{partition}:{offset}"
+    click.echo(
+        f"\nread your own write: invoice {invoice['InvoiceNumber']} ({points_for(invoice)} "
+        f"points for card {card}) went to {SOURCE}:{partition}:{offset}; the read waits until "
+        "the pipeline has committed it:"
+    )
+    started = time.monotonic()
+    answer = httpx.get(ex, timeout=30)
+    while answer.status_code == 503 and time.monotonic() - started < 60:
+        answer = httpx.get(ex, timeout=30)  # not committed within one budget: ask again
+    click.echo(f"    GET {ex}\n      -> {answer.text[:300]}  ({time.monotonic() - started:.1f}s)")
 
 
 def _run_until_stopped(

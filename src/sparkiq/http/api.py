@@ -22,7 +22,7 @@ from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.http import fanout, readloop, windows
+from sparkiq.http import aftersource, fanout, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.guard import Gate, forbidden
@@ -33,6 +33,7 @@ from sparkiq.http.metrics import METRICS_CONTENT_TYPE, HttpMetrics
 from sparkiq.http.openapi import rendered
 from sparkiq.http.params import (
     AFTER_PARAM,
+    AFTER_SOURCE_PARAM,
     Params,
     codecs,
     decode_segment,
@@ -105,7 +106,7 @@ class HttpApi:
         # Admits each request (id, load, caller, cluster headers) before it is answered.
         self.gate = Gate(auth, self.settings, self.metrics)
         self.locator = Locator(view, self.settings, self.forwarder)
-        lag = ("max_lag", FALLBACK_PARAM, AFTER_PARAM)
+        lag = ("max_lag", FALLBACK_PARAM, AFTER_PARAM, AFTER_SOURCE_PARAM)
         self._key_endpoint = _Endpoint("key", "GET", frozenset((*lag, "partitions")), self._get_key)
         self._table_endpoints = {
             "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
@@ -293,6 +294,10 @@ class HttpApi:
         if isinstance(request, Failure):
             return failed(request)
         table, key_text, params, call = request
+        if call.after_source is not None:
+            waited = await aftersource.reach(self.view, self.settings, table, call)
+            if waited is not None:
+                return failed(waited)
         return await endpoint.handler(table, key_text, params, call, body)
 
     def table_request(
@@ -320,6 +325,11 @@ class HttpApi:
             if isinstance(after, Failure):
                 return after
             call.after = after
+        if AFTER_SOURCE_PARAM in params:
+            source = aftersource.parse(params[AFTER_SOURCE_PARAM])
+            if isinstance(source, Failure):
+                return source
+            call.after_source = source
         key_text = decode_segment(key_segment)
         if isinstance(key_text, Failure):
             return key_text

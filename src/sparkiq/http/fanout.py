@@ -37,6 +37,7 @@ from sparkiq.http.gather import (
 from sparkiq.http.locate import Call, LocalReplica
 from sparkiq.http.params import (
     AFTER_PARAM,
+    AFTER_SOURCE_PARAM,
     Params,
     codecs,
     decode_cursor,
@@ -61,6 +62,7 @@ RANGE_PARAMS = frozenset(
         "partitions",
         FALLBACK_PARAM,
         AFTER_PARAM,
+        AFTER_SOURCE_PARAM,
     )
 )
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from sparkiq.core.positions import Positions
+from sparkiq.core.progress import SourcePosition
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http.forward import Forwarder, Unreachable
@@ -46,6 +47,8 @@ class Call:
     # A consistency token's positions (`after=`): partition -> the position a replica must
     # have reached to answer for it (`sparkiq.core.positions`).
     after: Positions | None = None
+    # `after_source=`: source records the table must reflect (`sparkiq.http.aftersource`).
+    after_source: list[SourcePosition] | None = None
 
     def fresh(self, tp: TopicPartition, replica: LocalReplica) -> bool:
         """Whether `replica` has applied what the call's token needs of `tp`."""

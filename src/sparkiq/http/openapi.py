@@ -176,6 +176,11 @@ class _Operation:
     content_type: str = "application/json"
 
 
+# The parameters every read of a table's values takes.
+_READ_PARAMS = ("MaxLag", "After", "AfterSource")
+_SOURCE_POSITIONS = r"^[^,:]+:[0-9]+:[0-9]+(,[^,:]+:[0-9]+:[0-9]+)*$"
+
+
 def _operations(s: HttpSettings) -> list[_Operation]:
     per_key = ("Table", "Key")
     return [
@@ -190,7 +195,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "standby within `max_lag`), wherever it lives in the cluster. 404 with code "
             "`not_found` when the key is absent (or deleted), `unknown_table` when the "
             "table is.",
-            models.KeyAnswer, "The value.", _ON_TABLE, (*per_key, "MaxLag", "After"),
+            models.KeyAnswer, "The value.", _ON_TABLE, (*per_key, *_READ_PARAMS),
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/windows", "get", "getWindows", "tables",
@@ -199,7 +204,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             f"both inclusive), in start order, at most {s.max_windows}. 400 with code "
             "`not_windowed` on a table that is not windowed.",
             models.WindowsAnswer, "The windows.", _ON_TABLE,
-            (*per_key, "WindowFrom", "WindowTo", "MaxLag", "After"),
+            (*per_key, "WindowFrom", "WindowTo", *_READ_PARAMS),
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/watch", "get", "watchKey", "tables",
@@ -234,7 +239,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "strings) for `int` and `long`, any JSON for `json`, base64url strings for "
             f"`bytes`. At most {s.max_multi_get_keys} keys and {s.max_body_bytes} "
             "bytes of body (413 beyond).",
-            models.MultiGetAnswer, "The values.", _ON_TABLE, ("Table", "MaxLag", "After"),
+            models.MultiGetAnswer, "The values.", _ON_TABLE, ("Table", *_READ_PARAMS),
             body=models.MultiGetRequest,
         ),
         _Operation(
@@ -246,7 +251,7 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "path. Pass `next_cursor` of a page as `cursor` to get the next one; it is "
             "null on the last page. On a windowed table each window is one item.",
             models.RangeAnswer, "One page.", _ON_TABLE,
-            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", "MaxLag", "After"),
+            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", *_READ_PARAMS),
         ),
         _Operation(
             "/v1/metadata", "get", "metadata", "cluster", "Read the cluster map",
@@ -382,6 +387,14 @@ def _parameters(s: HttpSettings) -> JsonObject:
                   "older answer. A token that does not parse (or names a partition the "
                   "table has not) is 400.",
                   {"type": "string", "pattern": r"^([0-9]+-[0-9]+(\.[0-9]+-[0-9]+)*)?$"}),
+        "AfterSource": ("query", "after_source",
+                        "Read your own writes through the pipeline: `TOPIC:PARTITION:OFFSET` "
+                        "(comma-separated for several) of records produced to the pipeline's "
+                        "source topics. The node waits, within the request budget, until the "
+                        "table's pipeline (`sparkiq run`) has committed a micro-batch past them, "
+                        "then answers from a replica that has applied what that batch wrote; "
+                        "503 with `Retry-After` if that does not happen in time.",
+                        {"type": "string", "pattern": _SOURCE_POSITIONS}),
         "WindowFrom": ("query", "from",
                        "Earliest window start (epoch ms, inclusive). Default: no bound.",
                        _LONG_MS),

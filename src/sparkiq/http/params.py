@@ -23,6 +23,8 @@ Params = dict[str, str]
 
 # A read's consistency token: answer from a replica that has applied at least its offsets.
 AFTER_PARAM = "after"
+# Source records a read must reflect (read-your-writes through the pipeline).
+AFTER_SOURCE_PARAM = "after_source"
 
 # Codecs by table object: the factories cache them by TableDef, whose hash walks every field;
 # this is looked up on every request. A changed definition is a new object and gets new codecs.

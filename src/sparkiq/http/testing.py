@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
+from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.serde import key_codec, window_store_key
 from sparkiq.core.tables import TableDef
@@ -83,6 +84,7 @@ class StaticView:
         self._changed = asyncio.Event()
         self.ready = True
         self.loaded = True  # catalog_loaded()
+        self.progress = PipelineProgress()  # batches a pipeline committed, added by tests
         self.misplaced: dict[str, int] = {}  # misplaced_records() by table name
         self._watches: dict[tuple[TopicPartition, bytes], list[StaticWatch]] = {}
 
@@ -241,6 +243,9 @@ class StaticView:
 
     def catalog_loaded(self) -> bool:
         return self.loaded
+
+    def pipeline_progress(self) -> PipelineProgress:
+        return self.progress
 
     async def changed(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import Placement, TopicPartition
 
@@ -96,6 +97,11 @@ class NodeView(Protocol):
 
     def catalog_loaded(self) -> bool:
         """False until the node has read the catalog once (it knows no table before that)."""
+        ...
+
+    def pipeline_progress(self) -> PipelineProgress:
+        """What each table's pipeline has committed, as far as this node has heard
+        (`after_source` reads)."""
         ...
 
     async def changed(self, timeout_s: float) -> None:

@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 from sparkiq.kafka.catalog import CatalogWatcher
+from sparkiq.kafka.progress import ProgressFollower
 from sparkiq.node.changes import ChangeFeed, Subscription
 from sparkiq.node.membership import GroupMember
 from sparkiq.node.metadata import describe_local, describe_map
@@ -80,6 +82,10 @@ class Node:
             app=settings.app,
             on_change=self._on_catalog_threadsafe,
             security=settings.kafka_config,
+        )
+        # What each table's pipeline committed (`after_source` reads).
+        self.progress = ProgressFollower(
+            settings.bootstrap_servers, app=settings.app, security=settings.kafka_config
         )
         self.member = GroupMember(
             bootstrap=settings.bootstrap_servers,
@@ -211,6 +217,9 @@ class Node:
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded
 
+    def pipeline_progress(self) -> PipelineProgress:
+        return self.progress.progress
+
     def misplaced_records(self, table: str) -> int:
         """Records of `table` found outside the partition its partitioner gives their keys:
         per partition the most that any replica in the cluster (or this node's own) counted."""
@@ -317,6 +326,7 @@ class Node:
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())
         self._catalog_loaded = True
+        await asyncio.to_thread(self.progress.start)
         self.restorer.start()
         await self.member.start(self._topics())
         self._joined = True
@@ -343,6 +353,7 @@ class Node:
         finally:
             await asyncio.to_thread(self.restorer.stop)
             await asyncio.to_thread(self.catalog.stop)
+            await asyncio.to_thread(self.progress.stop)
 
     # ---- internals ------------------------------------------------------------------
 

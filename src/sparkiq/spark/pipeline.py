@@ -22,7 +22,7 @@ import importlib.util
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +63,9 @@ class PipelineContext:
     params: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list)
     starters: dict[str, Callable[[], StreamingQuery]] = field(default_factory=dict)
+    # The tables each query writes (by query name): the runner publishes their progress
+    # after every committed micro-batch (`sparkiq.kafka.progress`, `after_source` reads).
+    tables_of_query: dict[str, list[str]] = field(default_factory=dict)
     # Called about once a second while a query is starting (the runner reports progress).
     on_wait: Callable[[], None] | None = None
     # How long a started query may take over its first micro-batch before the next one
@@ -127,8 +130,16 @@ class PipelineContext:
         name: str,
         topic: str | None = None,
         output_mode: str = "append",
+        tables: Sequence[TableDef] = (),
     ) -> StreamingQuery:
-        """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka."""
+        """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka.
+
+        A query that writes the changelogs of *tables* itself (a ``topic`` column naming
+        them, see `changelog_columns`) names them, so reads of those tables can wait for
+        what it committed (``after_source``).
+        """
+        if tables:
+            self.tables_of_query[name] = [t.name for t in tables]
         options = {"bootstrap.servers": self.bootstrap_servers}
         options.update(self.kafka_security.spark_options())
         if topic is not None:
@@ -171,6 +182,7 @@ class PipelineContext:
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
         options.setdefault("kafka_security", self.kafka_security)
+        self.tables_of_query[f"table {table}"] = [table]  # the query `materialize` names
         return self._start(
             lambda: materialize(
                 df,

@@ -18,7 +18,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from sparkiq.core.errors import SparkiqError
-from sparkiq.kafka.catalog import DEFAULT_APP
+from sparkiq.core.tables import TableDef
+from sparkiq.kafka.catalog import DEFAULT_APP, read_catalog
+from sparkiq.kafka.progress import ProgressPublisher
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
 
@@ -64,6 +66,24 @@ class RunSettings:
     duration_s: float | None = None
 
 
+# (query name, batch id, what the batch read: topic -> partition -> next offset)
+BatchListener = Callable[[str, int, dict[str, dict[str, int]]], None]
+
+
+class _Catalog:
+    """Table definitions by name, read from the catalog again when one is missing."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        self._settings = settings
+        self._tables: dict[str, TableDef] = {}
+
+    def table(self, name: str) -> TableDef | None:
+        if name not in self._tables:
+            s = self._settings
+            self._tables = read_catalog(s.bootstrap_servers, app=s.app, security=s.kafka_security)
+        return self._tables.get(name)
+
+
 class ProgressTracker(StreamingQueryListener):
     """Every query's latest progress and its observed metrics summed since start.
 
@@ -71,7 +91,8 @@ class ProgressTracker(StreamingQueryListener):
     or counted twice, and the runner does not poll the queries for their progress.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_batch: BatchListener | None = None) -> None:
+        self._on_batch = on_batch
         self._lock = threading.Lock()
         self._latest: dict[str, dict[str, Any]] = {}
         self._totals: dict[str, dict[str, dict[str, float]]] = {}
@@ -88,13 +109,16 @@ class ProgressTracker(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         name = str(progress.name)
-        sources = progress.sources or []
-        end_offset: Any = sources[0].endOffset if sources else None
-        if isinstance(end_offset, str):  # the source's offset JSON, as text
-            try:
-                end_offset = json.loads(end_offset)
-            except ValueError:
-                end_offset = None
+        ends = [_offsets(source.endOffset) for source in progress.sources or []]
+        end_offset = ends[0] if ends else None
+        if self._on_batch is not None:
+            read: dict[str, dict[str, int]] = {}
+            for each in ends:
+                for topic, parts in (each or {}).items():
+                    if isinstance(parts, dict):
+                        read.setdefault(topic, {}).update(parts)
+            if read:
+                self._on_batch(name, int(progress.batchId), read)
         observed = {
             metric: row.asDict() if hasattr(row, "asDict") else dict(row)
             for metric, row in (progress.observedMetrics or {}).items()
@@ -137,6 +161,16 @@ class ProgressTracker(StreamingQueryListener):
         }
 
 
+def _offsets(end_offset: Any) -> dict[str, Any] | None:
+    """A source's end offset as Spark reports it (JSON text) as a dict, if it is one."""
+    if isinstance(end_offset, str):
+        try:
+            end_offset = json.loads(end_offset)
+        except ValueError:
+            return None
+    return end_offset if isinstance(end_offset, dict) else None
+
+
 def _progress_line(status: Mapping[str, Any]) -> str:
     observed = "".join(
         f" {k}={v:g}"
@@ -176,7 +210,20 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         conf={"spark.local.dir": str(scratch), **settings.spark_conf},
     )
     stop = threading.Event()
-    tracker = ProgressTracker()
+    catalog = _Catalog(settings)
+    publisher = ProgressPublisher(
+        settings.bootstrap_servers,
+        catalog.table,
+        app=settings.app,
+        security=settings.kafka_security,
+    )
+    tables_of_query: dict[str, list[str]] = {}
+
+    def on_batch(query: str, batch: int, read: dict[str, dict[str, int]]) -> None:
+        for table in tables_of_query.get(query, ()):
+            publisher.batch_done(table, batch, read)
+
+    tracker = ProgressTracker(on_batch)
     spark.streams.addListener(tracker)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -193,6 +240,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         params=dict(settings.params),
         kafka_security=settings.kafka_security,
+        tables_of_query=tables_of_query,
     )
     status_file = settings.status_file
     if status_file is not None:
@@ -220,6 +268,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
                 settings.status_file, [tracker.status(q) for q in ctx.queries], running=False
             )
         spark.stop()
+        publisher.close()
         shutil.rmtree(scratch, ignore_errors=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -161,3 +161,26 @@ def produce_invoices(
     if producer.flush(60) != 0:
         raise KafkaError(f"not every invoice reached topic {topic!r} on {bootstrap}")
     return written
+
+
+def produce_one(bootstrap: str, topic: str, invoice: Invoice) -> tuple[int, int]:
+    """Write one invoice and wait for Kafka to take it: its (partition, offset), what a
+    read of the tables with ``after_source=TOPIC:PARTITION:OFFSET`` names."""
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    where: list[tuple[int, int]] = []
+    failed: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+        else:
+            where.append((msg.partition(), msg.offset()))
+
+    producer.produce(
+        topic, key=invoice["StoreID"].encode(), value=orjson.dumps(invoice), on_delivery=delivered
+    )
+    producer.flush(30)
+    if not where:
+        reason = failed[0] if failed else "not acknowledged within 30s"
+        raise KafkaError(f"invoice {invoice['InvoiceNumber']} did not reach {topic!r}: {reason}")
+    return where[0]

@@ -365,7 +365,7 @@ def pipeline(ctx: PipelineContext) -> None:
         .otherwise(latest_value)
         .alias("value"),
     )
-    ctx.write(customer_out, name="customers", output_mode="update")
+    ctx.write(customer_out, name="customers", output_mode="update", tables=(rewards, latest))
 
     # 3. Windowed table `store-sales`: sales per store and minute.
     ctx.materialize(

@@ -1,0 +1,199 @@
+"""The progress topic: what each table's pipeline has committed, for read-your-writes.
+
+The progress of application ``<app>`` is the single-partition topic ``<app>.progress``
+(compacted: each table's last record is enough for a node that starts; a running node keeps
+the recent ones). A pipeline run by `sparkiq run` publishes one record per committed
+micro-batch of each table's query (`ProgressPublisher`): key the table's name, value a
+`BatchProgress` (the source offsets the batch read up to, and the end of the table's
+changelog once it was written). Every serving node follows the topic (`ProgressFollower`)
+into a `PipelineProgress`, which turns `after_source=TOPIC:PARTITION:OFFSET` into the
+changelog positions a replica must have reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress
+from sparkiq.core.tables import TableDef
+from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.catalog import DEFAULT_APP
+from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+
+__all__ = ["ProgressFollower", "ProgressPublisher", "ensure_progress_topic", "progress_topic"]
+
+log = logging.getLogger(__name__)
+
+_PARTITION = 0
+_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+# A follower idles on every node; a committed batch reaches the nodes within this.
+_FOLLOW_FETCH_WAIT_MS = 100
+
+
+def progress_topic(app: str = DEFAULT_APP) -> str:
+    """Name of the progress topic of application *app*."""
+    return f"{app}.progress"
+
+
+def ensure_progress_topic(
+    bootstrap: str, *, app: str = DEFAULT_APP, security: KafkaSecurity = PLAINTEXT
+) -> str:
+    """Create the progress topic if it does not exist yet; returns its name."""
+    topic = progress_topic(app)
+    create_topic(bootstrap, topic, 1, config=_TOPIC_CONFIG, exist_ok=True, security=security)
+    return topic
+
+
+class ProgressPublisher:
+    """Publishes each committed batch of a table's query (the pipeline's side).
+
+    `batch_done` only queues (it is called from Spark's listener thread); a thread of its
+    own measures the changelog's end -- after the batch committed, so every record the
+    batch wrote is before it -- and produces the record.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        table_of: Callable[[str], TableDef | None],
+        *,
+        app: str = DEFAULT_APP,
+        security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._table_of = table_of
+        self._security = security
+        self.topic = ensure_progress_topic(bootstrap, app=app, security=security)
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 0, **security.librdkafka_conf()}
+        )
+        self._queue: queue.Queue[tuple[str, int, dict[tuple[str, int], int]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="sparkiq-progress", daemon=True)
+        self._thread.start()
+        self.published = 0
+
+    def batch_done(
+        self, table_name: str, batch: int, sources: Mapping[str, Mapping[str, int]]
+    ) -> None:
+        """Batch `batch` of `table_name`'s query committed, having read up to `sources`
+        (topic -> partition -> next offset, as Spark reports a Kafka source's end)."""
+        ends = {(t, int(p)): int(o) for t, parts in sources.items() for p, o in parts.items()}
+        self._queue.put((table_name, batch, ends))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Publish what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        self._producer.flush(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._publish(*item)
+            except Exception as exc:  # progress is best effort: the pipeline goes on
+                log.warning("progress of %r batch %d not published: %s", item[0], item[1], exc)
+
+    def _publish(self, name: str, batch: int, sources: dict[tuple[str, int], int]) -> None:
+        table = self._table_of(name)
+        if table is None:
+            log.warning("progress: table %r is not in the catalog; batch %d skipped", name, batch)
+            return
+        tps = [(table.topic, p) for p in range(table.partitions)]
+        ends = true_end_offsets(self._bootstrap, tps, security=self._security)
+        changelog = {p: ends[(table.topic, p)] for p in range(table.partitions)}
+        record = BatchProgress(name, batch, sources, changelog, _now_ms())
+        self._producer.produce(
+            self.topic, key=name.encode(), value=record.to_json(), partition=_PARTITION
+        )
+        self._producer.poll(0)
+        self.published += 1
+
+
+class ProgressFollower:
+    """Follows the progress topic into `progress` in a thread (a serving node's side)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        app: str = DEFAULT_APP,
+        security: KafkaSecurity = PLAINTEXT,
+        progress: PipelineProgress | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._app = app
+        self._security = security
+        self.topic = progress_topic(app)
+        self.progress = progress if progress is not None else PipelineProgress()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Create the topic if needed and start following it from its beginning."""
+        if self._thread is not None:
+            return
+        ensure_progress_topic(self._bootstrap, app=self._app, security=self._security)
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"sparkiq-progress-{self._app}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                # Required by librdkafka, never joined: the consumer only uses assign().
+                "group.id": f"sparkiq-progress-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": _FOLLOW_FETCH_WAIT_MS,
+                **self._security.librdkafka_conf(),
+            }
+        )
+        try:
+            consumer.assign([CTopicPartition(self.topic, _PARTITION, OFFSET_BEGINNING)])
+            while not self._stopping.is_set():
+                try:
+                    batch = consumer.consume(num_messages=1000, timeout=0.2)
+                except KafkaException as exc:
+                    log.warning("progress %s: %s; retrying", self.topic, exc)
+                    self._stopping.wait(1.0)
+                    continue
+                for msg in batch:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != CKafkaError._PARTITION_EOF:
+                            log.warning("progress %s: consumer error %s", self.topic, err.str())
+                        continue
+                    value = msg.value()
+                    if value is None:
+                        continue
+                    try:
+                        self.progress.add(BatchProgress.from_json(value))
+                    except BadProgress as exc:
+                        log.warning("progress %s offset %s: %s", self.topic, msg.offset(), exc)
+        finally:
+            consumer.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import pytest
+
+from sparkiq.core.progress import (
+    BadProgress,
+    BatchProgress,
+    PipelineProgress,
+    parse_source_positions,
+)
+
+
+def batch(n: int, pos_end: int, changelog: dict[int, int], table: str = "rewards") -> BatchProgress:
+    return BatchProgress(table, n, {("pos", 0): pos_end, ("pos", 1): 5}, changelog, 1000 + n)
+
+
+def test_a_record_round_trips_as_json() -> None:
+    b = batch(3, 40, {0: 7, 2: 9})
+    assert BatchProgress.from_json(b.to_json()) == b
+    for bad in (b"{", b"{}", b'{"table":"t","batch":1,"sources":[],"changelog":{},"time_ms":0}'):
+        with pytest.raises(BadProgress):
+            BatchProgress.from_json(bad)
+
+
+def test_source_positions_parse_topics_with_dots_and_colons_last() -> None:
+    assert parse_source_positions("pos:0:41,my.topic-a:12:7") == [
+        ("pos", 0, 41),
+        ("my.topic-a", 12, 7),
+    ]
+    for bad in ("pos", "pos:0", ":0:1", "pos:x:1", "pos:0:-1", "pos:0:1,"):
+        with pytest.raises(BadProgress):
+            parse_source_positions(bad)
+
+
+def test_the_earliest_batch_past_a_record_gives_the_positions() -> None:
+    progress = PipelineProgress()
+    assert progress.covering("rewards", [("pos", 0, 0)]) is None
+    progress.add(batch(1, 10, {0: 3, 1: 4}))
+    progress.add(batch(2, 20, {0: 5, 1: 4}))
+    progress.add(batch(3, 30, {0: 9, 1: 8}))
+    # Record 15 was read by batch 2 (its end 20 is past it), not by batch 1 (end 10).
+    assert progress.covering("rewards", [("pos", 0, 15)]) == {0: 5, 1: 4}
+    # Records older than every batch kept: the oldest one covers them.
+    assert progress.covering("rewards", [("pos", 0, 2)]) == {0: 3, 1: 4}
+    # Two records: the positions of both batches, the newer per partition.
+    assert progress.covering("rewards", [("pos", 0, 2), ("pos", 0, 25)]) == {0: 9, 1: 8}
+    # Not committed yet, another partition or topic never read, another table.
+    assert progress.covering("rewards", [("pos", 0, 30)]) is None
+    assert progress.covering("rewards", [("other", 0, 1)]) is None
+    assert progress.covering("orders", [("pos", 0, 1)]) is None
+    last = progress.latest("rewards")
+    assert last is not None and last.batch == 3
+
+
+def test_only_the_newest_batches_are_kept() -> None:
+    progress = PipelineProgress(keep=2)
+    for n in range(1, 5):
+        progress.add(batch(n, n * 10, {0: n}))
+    assert progress.covering("rewards", [("pos", 0, 0)]) == {0: 3}

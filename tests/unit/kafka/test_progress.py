@@ -1,0 +1,41 @@
+"""The progress topic against the dev broker: a pipeline's publisher, a node's follower."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from sparkiq.core.tables import TableDef
+from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.progress import ProgressFollower, ProgressPublisher, progress_topic
+from tests.support.e2e import produce_seeded
+
+
+def test_a_committed_batch_reaches_a_follower_with_the_changelog_end(bootstrap: str) -> None:
+    app = f"progress{uuid.uuid4().hex[:8]}"
+    table = TableDef("rewards", f"{app}-rewards", 2)
+    create_topic(bootstrap, table.topic, table.partitions)
+    produce_seeded(bootstrap, table.topic, keys=40, updates=1, deletes=0, seed=3)
+    follower = ProgressFollower(bootstrap, app=app)
+    follower.start()
+    publisher = ProgressPublisher(bootstrap, {table.name: table}.get, app=app)
+    try:
+        publisher.batch_done("rewards", 7, {"pos": {"0": 12, "1": 30}})
+        publisher.batch_done("unknown-table", 8, {"pos": {"0": 13}})  # skipped, logged
+        deadline = time.monotonic() + 20
+        while follower.progress.latest("rewards") is None:
+            assert time.monotonic() < deadline, "the batch never reached the follower"
+            time.sleep(0.05)
+    finally:
+        publisher.close()
+        follower.stop()
+    batch = follower.progress.latest("rewards")
+    assert batch is not None
+    assert batch.batch == 7
+    assert batch.sources == {("pos", 0): 12, ("pos", 1): 30}
+    # Every record of the changelog was written before the batch committed: its end.
+    assert sum(batch.changelog.values()) == 40
+    assert follower.progress.covering("rewards", [("pos", 1, 29)]) == batch.changelog
+    assert follower.progress.latest("unknown-table") is None
+    assert publisher.published == 1
+    assert follower.topic == progress_topic(app)
