@@ -49,7 +49,8 @@ def test_the_earliest_batch_past_a_record_gives_the_positions() -> None:
     assert progress.covering("rewards", [("other", 0, 1)]) is None
     assert progress.covering("orders", [("pos", 0, 1)]) is None
     last = progress.latest("rewards")
-    assert last is not None and last.batch == 3
+    assert last is not None
+    assert last.batch == 3
 
 
 def test_only_the_newest_batches_are_kept() -> None:
