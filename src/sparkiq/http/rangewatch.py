@@ -61,6 +61,7 @@ from sparkiq.http.rangefeed import POSITIONS_EVENT, Inbox, Item, Source, Watched
 from sparkiq.http.readloop import Ask, PartitionRoutes
 from sparkiq.http.responses import Response, error_response, failure_response
 from sparkiq.http.upstream import Refused, Upstream, UpstreamError
+from sparkiq.http.view import RangeWatch
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class RangeWatcher:
         self._extra = extra  # the caller's credentials, repeated on relays
         self._inbox = Inbox(api.settings.watch_queue)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._watches: set[RangeWatch] = set()  # of this node's replicas, closed at the end
         self._owner: dict[int, Source] = {}  # partition -> the source that serves it now
         self._relays: dict[Ask, Source] = {}
         # Each partition's last position taken from its source (what a new source of it
@@ -105,7 +107,7 @@ class RangeWatcher:
         self._start = dict(self._head)
         self._sent: dict[int, int] | None = None  # None until the `positions` event is sent
         self._pending: list[tuple[int, int, bytes | None]] = []  # taken before that event
-        self._ending: bytes | None = None  # the last event, once the watch must end
+        self._ending: tuple[bytes, str] | None = None  # the last event's data and name
 
     async def chunks(self) -> AsyncIterator[bytes]:
         api = self._api
@@ -118,7 +120,9 @@ class RangeWatcher:
             while True:
                 out = self._announce()
                 if self._ending is not None:
-                    yield out + self._ending
+                    body, name = self._ending
+                    last = None if self._sent is None else positions.encode(self._sent)
+                    yield out + sse.event(last, body, name) + sse.retry(RETRY_MS)
                     return
                 if out:
                     yield out
@@ -131,6 +135,8 @@ class RangeWatcher:
         finally:
             for task in tuple(self._tasks):
                 task.cancel()
+            for watch in tuple(self._watches):
+                watch.close()  # now, not once the tasks' cancellation runs
             metrics.watches_open -= 1
 
     # -- the stream's positions ---------------------------------------------------------------
@@ -180,10 +186,10 @@ class RangeWatcher:
         return sse.event(positions.encode(self._sent), data)
 
     def _finish(self, body: bytes, name: str) -> None:
-        """End the watch with a last event `name` (the first reason given wins)."""
+        """End the watch with a last event `name` (the first reason given wins), after the
+        changes taken so far; its id is the last one sent."""
         if self._ending is None:
-            last = None if self._sent is None else positions.encode(self._sent)
-            self._ending = sse.event(last, body, name) + sse.retry(RETRY_MS)
+            self._ending = (body, name)
             self._inbox.wake()
 
     # -- finding sources ----------------------------------------------------------------------
@@ -292,6 +298,7 @@ class RangeWatcher:
             self._gone(source)
             return
         inbox = self._inbox
+        self._watches.add(watch)
         try:
             last = watch.position
             since = self._head.get(p)
@@ -329,6 +336,7 @@ class RangeWatcher:
                         await inbox.put(Item(source, p, position, data))
         finally:
             watch.close()
+            self._watches.discard(watch)
         self._gone(source)
 
     def _dropped(self, cap: int) -> None:

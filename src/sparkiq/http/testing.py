@@ -142,11 +142,21 @@ class StaticView:
             store = self._stores.get(tp) or (DictStore() if url == self._url else None)
             self.set_placement(tp, url, store=store)
 
-    def apply(self, table: TableDef, key: object, value: object | None) -> int:
-        """A change applied to this node's replica, as the restorer would: `key` set to
-        `value` (None: deleted) in its partition's store, the replica's position one
-        further, the key's watchers told. Returns the new position."""
+    def apply(
+        self,
+        table: TableDef,
+        key: object,
+        value: object | None,
+        *,
+        window_start: int | None = None,
+    ) -> int:
+        """A change applied to this node's replica, as the restorer would: `key` (its window
+        at `window_start` on a windowed table) set to `value` (None: deleted) in its
+        partition's store, the replica's position one further, its watchers told. Returns
+        the new position."""
         tp, store_key = where(table, key)
+        if window_start is not None:
+            store_key = window_store_key(store_key, window_start)
         encoded = None if value is None else value_codec(table).encode(value)
         store = self.local_store(tp)
         if encoded is None:
