@@ -156,6 +156,10 @@ class RangeWatcher:
         self._head[p] = position
         sent = self._sent
         if sent is None:
+            # Held until every partition has started (a Last-Event-ID that names only some
+            # partitions, and another that is slow to start): as many as a live queue holds.
+            if len(self._pending) >= self._api.settings.watch_queue:
+                self._dropped(self._api.settings.watch_queue)
             self._pending.append((p, position, item.data))
             return b""
         sent[p] = position
