@@ -2,10 +2,10 @@
 
 The client reads `GET /v1/metadata` from any node, computes a key's partition with the
 table's partitioner (as the nodes do: murmur2, crc32 or fnv1a, per table) and sends the
-request to that partition's active node: `get`, `windows` and `owner` go to the key's
-owner, `multi_get` sends one request per owner, in parallel, and `range` goes to the node
-that holds most of the table's partitions. A table of partitioner `any` has no owner per
-key: its calls go to any node, which asks every partition. When
+request to that partition's active node: `get`, `windows`, `owner` and `watch` go to the
+key's owner, `multi_get` sends one request per owner, in parallel, and `range` and `changes`
+go to the node that holds most of the table's partitions. A table of partitioner `any` has
+no owner per key: its calls go to any node, which asks every partition. When
 the active cannot answer (refused, timed out, 502/503/504/508) it asks the partition's standbys
 next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max_lag`), so
 a standby answers from its own replica; then any node, which forwards or stands in itself.
@@ -36,12 +36,12 @@ import httpx
 import orjson
 
 from sparkiq.clientroutes import Routes, dedupe, parse_routes
+from sparkiq.clientstreams import follow
 from sparkiq.core.errors import ClientError, FormatError
 from sparkiq.core.positions import BadPositions, TokenBook
 from sparkiq.core.serde import key_codec
 from sparkiq.core.tables import Format
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.http.sse import EventReader
 from sparkiq.http.tls import client_context
 
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
@@ -226,32 +226,40 @@ class Client:
         active, else any node, so no change is missed and none comes twice."""
         text = _key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/watch"
-        last: str | None = None
+        # The active first; any node relays from a standby.
+        return self._follow(
+            lambda: self._owner_plan(self._replicas(table, text)[0], ()), path, {}, idle_s
+        )
+
+    def changes(
+        self,
+        table: str,
+        prefix: str | None = None,
+        from_: object | None = None,
+        to: object | None = None,
+        idle_s: float = 60.0,
+    ) -> Iterator[dict[str, Any]]:
+        """Every change of a key in the range (`prefix`, or `from_`..`to` inclusive; none:
+        the whole table) from now on, from all partitions, in order within each, as dicts
+        like `get_entry`'s (`value` None for a delete; `start`/`end` on a windowed table),
+        for as long as the caller iterates; resumed as `watch` is."""
+        bounds = (("prefix", prefix), ("from", from_), ("to", to))
+        params = {name: _key_text(v) for name, v in bounds if v is not None}
+        path = f"/v1/tables/{quote(table, safe='')}/changes"
+        return self._follow(
+            lambda: self._owner_plan(self._holder_of_most(table), ()), path, params, idle_s
+        )
+
+    def _follow(
+        self,
+        plan: Callable[[], list[tuple[str, bool]]],
+        path: str,
+        params: dict[str, str],
+        idle_s: float,
+    ) -> Iterator[dict[str, Any]]:
         timeout = httpx.Timeout(self._timeout_s, read=idle_s)
-        while True:
-            active, _ = self._replicas(table, text)
-            for url, _ in self._owner_plan(active, ()):  # any node relays from a standby
-                headers = {} if last is None else {"last-event-id": last}
-                try:
-                    with self._http.stream(
-                        "GET", url + path, headers=headers, timeout=timeout
-                    ) as r:
-                        if r.status_code != 200:
-                            r.read()
-                            error = _error_of(r)
-                            if r.status_code not in _RETRYABLE:
-                                raise ClientError(f"{r.status_code} {error[0]}: {error[1]}")
-                            continue
-                        reader = EventReader()
-                        for chunk in r.iter_bytes():
-                            for event in reader.feed(chunk):
-                                if event.name == "message":
-                                    last = event.event_id or last
-                                    yield orjson.loads(event.data)
-                except httpx.HTTPError:
-                    continue
-            self._refresh_soon()
-            time.sleep(0.5)
+        refresh = self._refresh_soon
+        return follow(self._http, plan, path, params, timeout, _RETRYABLE, _error_of, refresh)
 
     def owner(self, table: str, key: object) -> dict[str, Any]:
         text = _key_text(key)

@@ -153,6 +153,43 @@ def watch(
 
 
 @main.command()
+@click.argument("table_name", metavar="TABLE")
+@click.option("--prefix", default=None, help="Only keys that start with this one.")
+@click.option("--from", "from_", default=None, help="Smallest key (inclusive).")
+@click.option("--to", default=None, help="Largest key (inclusive).")
+@url_option()
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N changes.")
+@credential_options
+def changes(
+    table_name: str,
+    prefix: str | None,
+    from_: str | None,
+    to: str | None,
+    urls: tuple[str, ...],
+    count: int | None,
+    token: str | None,
+    api_key: str | None,
+    ca_file: Path | None,
+) -> None:
+    """Print every change of a key of TABLE in the range (--prefix, or --from/--to; neither:
+    the whole table) from now on, one JSON line each, until Ctrl-C (or --count changes)."""
+    from sparkiq.client import Client
+
+    if prefix is not None and (from_ is not None or to is not None):
+        raise click.UsageError("give --prefix or --from/--to, not both")
+
+    def run() -> None:
+        with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
+            stream = client.changes(table_name, prefix=prefix, from_=from_, to=to)
+            for n, entry in enumerate(stream, 1):
+                click.echo(orjson.dumps(entry).decode())
+                if count is not None and n >= count:
+                    return
+
+    run_command(run)
+
+
+@main.command()
 @url_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the raw metadata.")
 @click.option(

@@ -3,8 +3,8 @@
 `NodeApp` takes a request as the server framed it and answers it now or later: the gate
 admits it (request id, load, caller, cluster signature; `sparkiq.http.guard`), a GET without
 a query goes to the key path (`sparkiq.http.keypath`, which answers single-key lookups
-without the generic dispatch), a watch to `sparkiq.http.watches` (a `Stream`), and
-everything else to `HttpApi.handle`.
+without the generic dispatch), a watch (of a key, or of a range: `.../changes`) to
+`sparkiq.http.watches` (a `Stream`), and everything else to `HttpApi.handle`.
 A request answered later is a `sparkiq.http.later.Counted`: the key path's pending read
 itself (a forward or a wait), or a `Deferred` coroutine (the generic dispatch); it counts
 itself in flight (the gate's load limit) from when the server starts it until its answer is
@@ -37,6 +37,7 @@ _API_KEY = API_KEY_HEADER.encode()
 _CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
 _WATCH = b"/watch"
+_CHANGES = b"/changes"
 
 # The error code of each refusal the server makes itself (`NodeApp.refusal`).
 _REFUSAL_CODES = {
@@ -102,7 +103,7 @@ class NodeApp:
                 if isinstance(found, Pending):
                     found.app = self
                 return found
-        if method == "GET" and path.endswith(_WATCH):
+        if method == "GET" and _is_watch(path):
             return self._watch(path, query, headers, admitted)
         return self._generic(method, path, query, headers, body, admitted)
 
@@ -124,7 +125,7 @@ class NodeApp:
         found = self._answer_now(target, hops, budget, admitted)
         if found is None:
             headers = forwarded_headers(hops, budget, request_id)
-            if target.endswith(_WATCH):
+            if _is_watch(target):
                 return self._watch(target, b"", headers, admitted)
             return self._generic("GET", target, b"", headers, b"", admitted)
         if isinstance(found, Pending):
@@ -158,3 +159,9 @@ class NodeApp:
 
     def refusal(self, status: int, message: str) -> Response:
         return error_response(status, _REFUSAL_CODES.get(status, ErrorCode.BAD_REQUEST), message)
+
+
+def _is_watch(path: bytes) -> bool:
+    """Whether `path` asks for a watch: of a key (`.../keys/{key}/watch`) or of a range
+    (`/v1/tables/{table}/changes`)."""
+    return path.endswith(_WATCH) or (path.endswith(_CHANGES) and path.count(b"/") == 4)

@@ -192,7 +192,7 @@ def _probed_partitions(
         return Failure(
             FailureReason.BAD_REQUEST, f"partitions is internal to sparkiq nodes; {instead}"
         )
-    return _partition_list(params["partitions"], table.partitions)
+    return partition_list(params["partitions"], table.partitions)
 
 
 async def find_key(
@@ -263,12 +263,12 @@ async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call)
     if isinstance(limit, Failure):
         return _fail(limit)
     assert limit is not None
-    bounds = _range_bounds(api, table, params)
+    bounds = range_bounds(api, table, params)
     if isinstance(bounds, Failure):
         return _fail(bounds)
     lo, hi, prefix, after = bounds
     if internal:
-        parts = _partition_list(params["partitions"], table.partitions)
+        parts = partition_list(params["partitions"], table.partitions)
         if isinstance(parts, Failure):
             return _fail(parts)
     else:
@@ -346,7 +346,7 @@ class _RangeReads:
         return None
 
 
-def _range_bounds(
+def range_bounds(
     api: ApiParts, table: TableDef, params: Params
 ) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
     """from/to/prefix/cursor -> store-key bounds (lo, hi inclusive, prefix, after)."""
@@ -374,7 +374,7 @@ def _range_bounds(
     return lo, hi, prefix, after
 
 
-def _partition_list(text: str, count: int) -> list[int] | Failure:
+def partition_list(text: str, count: int) -> list[int] | Failure:
     try:
         parts = sorted({int(p) for p in text.split(",")})
     except ValueError:

@@ -119,7 +119,7 @@ class HttpMetrics(Collector):
         self._forward_errors: dict[tuple[ForwardError, str], int] = {}
         self._read_errors: dict[tuple[str, str], int] = {}
         self._access_log = access_log
-        self.watches_open = 0  # event streams of keys' changes open now (relayed ones too)
+        self.watches_open = 0  # event streams of keys' and ranges' changes open now (relayed too)
         self.watch_events = 0  # events sent on them (changes and first states)
         self.watches_dropped = 0  # ended because their client fell `watch_queue` behind
         self.observe: Observe = self._count_and_log if access_log else self._count
@@ -227,17 +227,18 @@ class HttpMetrics(Collector):
         yield reads
         yield GaugeMetricFamily(
             "sparkiq_watches_open",
-            "Watches (event streams of keys' changes) open on this node, relayed ones included.",
+            "Watches (event streams of a key's or a range's changes) open on this node, "
+            "relayed ones included.",
             value=self.watches_open,
         )
         yield CounterMetricFamily(
             "sparkiq_watch_events",
-            "Events sent on watches: first states and changes.",
+            "Events sent on watches: first states (positions of ranges) and changes.",
             value=self.watch_events,
         )
         yield CounterMetricFamily(
             "sparkiq_watches_dropped",
-            "Watches ended because their client read slower than the key changed.",
+            "Watches ended because their client read slower than the keys changed.",
             value=self.watches_dropped,
         )
 

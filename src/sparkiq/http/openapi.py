@@ -254,6 +254,33 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", *_READ_PARAMS),
         ),
         _Operation(
+            "/v1/tables/{table}/changes", "get", "watchChanges", "tables",
+            "Watch the changes of a range of keys",
+            "Server-sent events (`text/event-stream`) of every change any replica of the "
+            "table applies to a key in the range (`prefix`, or `from`..`to` as in `range`; "
+            "neither: the whole table), across all partitions, in changelog order within "
+            "each. First `retry:`, then one `positions` event (`event: positions`, data "
+            "`{\"table\", \"positions\": {\"<partition>\": <position>}}`) with the vector "
+            "the stream starts from as its id; then one event per change, its data the JSON "
+            "of `GET .../keys/{key}` (`value` null for a delete, `start` and `end` added on "
+            "a windowed table, `offset` the replica's position once the change was applied), "
+            "its id the vector of positions delivered in every partition "
+            "(`<partition>-<position>` joined by `.`, e.g. `0-120.1-98`). Any node serves "
+            "the watch (relaying the partitions it holds no replica of); when a replica "
+            "goes the stream goes on from another and never goes back in a partition. Idle "
+            f"streams get a comment every {s.watch_heartbeat_s:g} s. Resume with "
+            "`Last-Event-ID`: every change in the range past those positions comes, none "
+            "twice (read again from the changelog where the replica is further on; from "
+            "its earliest record if older ones were compacted). A stream ends with an "
+            "`unavailable` event when no replica of a partition can be found within the "
+            "request budget or its changelog cannot be read, a `dropped` one when the "
+            f"client falls {s.watch_queue} changes behind, each followed by `retry:`.",
+            _EVENTS, "The event stream.",
+            tuple("WatchUnavailable" if e == "Unavailable" else e for e in _ON_TABLE),
+            ("Table", "RangeFrom", "RangeTo", "Prefix", "MaxLag", "ChangesLastEventId"),
+            content_type="text/event-stream",
+        ),
+        _Operation(
             "/v1/metadata", "get", "metadata", "cluster", "Read the cluster map",
             "This node's view of the cluster: the tables, each partition's active, "
             "standbys and warming nodes with their lags, every node's partitions, and "
@@ -414,6 +441,11 @@ def _parameters(s: HttpSettings) -> JsonObject:
                         "The id of the last event a watch received (`<partition>-<offset>`), "
                         "to resume it.",
                         {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}),
+        "ChangesLastEventId": ("header", "last-event-id",
+                               "The id of the last event a watch of changes received (the "
+                               "vector `<partition>-<position>` joined by `.`), to resume it.",
+                               {"type": "string",
+                                "pattern": "^([0-9]+-[0-9]+([.][0-9]+-[0-9]+)*)?$"}),
         "RequestId": ("header", "x-request-id",
                       "An id for this request, echoed in the answer, carried to the node that "
                       "answers and named in the nodes' logs. Up to 64 letters, digits, `.`, "

@@ -115,8 +115,9 @@ class TunableHttpSettings(BaseModel):
     max_watchers: int = Field(
         default=10_000,
         ge=0,
-        description="Watches (event streams of a key's changes) open at once on this node, "
-        "relayed ones included; past it a new watch is answered 503 with Retry-After.",
+        description="Watches (event streams of a key's or a range's changes) open at once on "
+        "this node, relayed ones included; past it a new watch is answered 503 with "
+        "Retry-After.",
     )
     watch_heartbeat_s: float = Field(
         default=15.0,

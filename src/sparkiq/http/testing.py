@@ -1,7 +1,9 @@
 """A view and a store that behave, for tests and benchmarks of the HTTP layer.
 
 `StaticView` implements `NodeView` with placements set by hand: each partition's active and
-standbys, and this node's replica (role, ready, offset, lag). `DictStore` implements the read
+standbys, and this node's replica (role, ready, offset, lag); `apply` changes a key as the
+restorer would, telling its watchers and keeping the change in an in-memory changelog
+(`log`) that `replay` reads again. `DictStore` implements the read
 side of `PartitionStore` over a sorted dict. Both live in the package so the node's tests and
 the benchmark can drive the HTTP layer without Kafka.
 """
@@ -12,7 +14,7 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
@@ -20,7 +22,7 @@ from sparkiq.core.serde import key_codec, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.core.value_codecs import value_codec
-from sparkiq.http.view import Placement, ReadableStore
+from sparkiq.http.view import ChangeRow, Placement, ReadableStore
 
 
 class DictStore:
@@ -87,6 +89,11 @@ class StaticView:
         self.progress = PipelineProgress()  # batches a pipeline committed, added by tests
         self.misplaced: dict[str, int] = {}  # misplaced_records() by table name
         self._watches: dict[tuple[TopicPartition, bytes], list[StaticWatch]] = {}
+        self._range_watches: dict[TopicPartition, list[StaticRangeWatch]] = {}
+        # Each partition's changes applied here, in order: its changelog, as far as this
+        # replica knows it (a test may drop the oldest, as compaction would).
+        self.log: dict[TopicPartition, list[ChangeRow]] = {}
+        self.replays: list[tuple[TopicPartition, int, int]] = []  # (tp, since, until) asked
 
     @property
     def url(self) -> str:
@@ -137,11 +144,21 @@ class StaticView:
             store = self._stores.get(tp) or (DictStore() if url == self._url else None)
             self.set_placement(tp, url, store=store)
 
-    def apply(self, table: TableDef, key: object, value: object | None) -> int:
-        """A change applied to this node's replica, as the restorer would: `key` set to
-        `value` (None: deleted) in its partition's store, the replica's position one
-        further, the key's watchers told. Returns the new position."""
+    def apply(
+        self,
+        table: TableDef,
+        key: object,
+        value: object | None,
+        *,
+        window_start: int | None = None,
+    ) -> int:
+        """A change applied to this node's replica, as the restorer would: `key` (its window
+        at `window_start` on a windowed table) set to `value` (None: deleted) in its
+        partition's store, the replica's position one further, its watchers told. Returns
+        the new position."""
         tp, store_key = where(table, key)
+        if window_start is not None:
+            store_key = window_store_key(store_key, window_start)
         encoded = None if value is None else value_codec(table).encode(value)
         store = self.local_store(tp)
         if encoded is None:
@@ -151,8 +168,12 @@ class StaticView:
         placement = self._placements[tp]
         position = (placement.local_offset or 0) + 1
         self._placements[tp] = dataclasses.replace(placement, local_offset=position)
+        self.log.setdefault(tp, []).append((store_key, encoded, position))
         for watch in tuple(self._watches.get((tp, store_key), ())):
             watch.on_change(encoded, position)
+        for ranged in tuple(self._range_watches.get(tp, ())):
+            if ranged.accepts(store_key):
+                ranged.on_change(store_key, encoded, position)
         return position
 
     def end_watches(self, tp: TopicPartition) -> None:
@@ -162,9 +183,13 @@ class StaticView:
                 for watch in tuple(watches):
                     watch.close()
                     watch.on_end()
+        for ranged in self._range_watches.pop(tp, []):
+            ranged.on_end()
 
     def watcher_count(self) -> int:
-        return sum(len(w) for w in self._watches.values())
+        """Watches of keys and of ranges open on this view."""
+        keys = sum(len(w) for w in self._watches.values())
+        return keys + sum(len(w) for w in self._range_watches.values())
 
     def local_store(self, tp: TopicPartition) -> DictStore:
         store = self._stores.setdefault(tp, DictStore())
@@ -230,6 +255,38 @@ class StaticView:
         watch.position = placement.local_offset or 0
         self._watches.setdefault((tp, store_key), []).append(watch)
         return watch
+
+    def watch_range(
+        self,
+        tp: TopicPartition,
+        accepts: Callable[[bytes], bool],
+        on_change: Callable[[bytes, bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> StaticRangeWatch | None:
+        placement = self._placements.get(tp)
+        if placement is None or placement.local_role is None or tp not in self._stores:
+            return None
+        watch = StaticRangeWatch(self, tp, accepts, on_change, on_end)
+        watch.position = placement.local_offset or 0
+        self._range_watches.setdefault(tp, []).append(watch)
+        return watch
+
+    async def replay(
+        self, tp: TopicPartition, since: int, until: int, accepts: Callable[[bytes], bool]
+    ) -> AsyncIterator[list[ChangeRow]]:
+        """The changes in `log` at offsets [since, until) that `accepts` takes, one batch."""
+        self.replays.append((tp, since, until))
+        await asyncio.sleep(0)  # the changelog is read elsewhere: changes may come meanwhile
+        rows = [row for row in self.log.get(tp, ()) if since < row[2] <= until and accepts(row[0])]
+        if rows:
+            yield rows
+
+    def _unwatch_range(self, watch: StaticRangeWatch) -> None:
+        watches = self._range_watches.get(watch.tp, [])
+        if watch in watches:
+            watches.remove(watch)
+            if not watches:
+                del self._range_watches[watch.tp]
 
     def _unwatch(self, watch: StaticWatch) -> None:
         watches = self._watches.get(watch.where, [])
@@ -307,3 +364,25 @@ class StaticWatch:
 
     def close(self) -> None:
         self._view._unwatch(self)
+
+
+class StaticRangeWatch:
+    """A watch of the keys of one partition of a `StaticView` in a range (`RangeWatch`)."""
+
+    def __init__(
+        self,
+        view: StaticView,
+        tp: TopicPartition,
+        accepts: Callable[[bytes], bool],
+        on_change: Callable[[bytes, bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> None:
+        self._view = view
+        self.tp = tp
+        self.accepts = accepts
+        self.on_change = on_change
+        self.on_end = on_end
+        self.position = 0
+
+    def close(self) -> None:
+        self._view._unwatch_range(self)

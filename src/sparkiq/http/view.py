@@ -7,14 +7,18 @@ the view only reports facts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import Placement, TopicPartition
 
-__all__ = ["KeyWatch", "NodeView", "Placement", "ReadableStore"]
+__all__ = ["ChangeRow", "KeyWatch", "NodeView", "Placement", "RangeWatch", "ReadableStore"]
+
+# One change a replica applied: its store key, new value (None: deleted) and the replica's
+# position after it (the record's offset + 1).
+ChangeRow = tuple[bytes, bytes | None, int]
 
 
 class ReadableStore(Protocol):
@@ -50,6 +54,21 @@ class KeyWatch(Protocol):
     @property
     def position(self) -> int:
         """The replica's position then: the next changelog offset it applies."""
+        ...
+
+    def close(self) -> None:
+        """Stop the watch (idempotent)."""
+        ...
+
+
+class RangeWatch(Protocol):
+    """A watch of the keys of one partition in a range, in this node's replica
+    (`NodeView.watch_range`)."""
+
+    @property
+    def position(self) -> int:
+        """The replica's position when the watch began: changes before it are in the
+        changelog (`NodeView.replay`), changes after it come to the watch."""
         ...
 
     def close(self) -> None:
@@ -119,4 +138,26 @@ class NodeView(Protocol):
         position now, then `on_change(value, position)` for every change of it applied
         after that, in order, and `on_end()` once if the replica goes. None when this node
         has no replica of `tp`. The callbacks run on the event loop."""
+        ...
+
+    def watch_range(
+        self,
+        tp: TopicPartition,
+        accepts: Callable[[bytes], bool],
+        on_change: Callable[[bytes, bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> RangeWatch | None:
+        """Watch every key of `tp` whose store key `accepts` takes, in this node's replica:
+        the replica's position now, then `on_change(store_key, value, position)` for every
+        such change applied after that, in order, and `on_end()` once if the replica goes.
+        None when this node has no replica of `tp`. The callbacks run on the event loop."""
+        ...
+
+    def replay(
+        self, tp: TopicPartition, since: int, until: int, accepts: Callable[[bytes], bool]
+    ) -> AsyncIterator[Sequence[ChangeRow]]:
+        """The changes of `tp` at changelog offsets [`since`, `until`) whose store key
+        `accepts` takes, read again from the changelog, in order, in batches (from the
+        earliest record left if `since` is older). Raises `sparkiq.core.errors.KafkaError`
+        when the changelog cannot be read."""
         ...

@@ -8,7 +8,13 @@ key taken under the same lock (`Restorer.snapshot`): every change applied before
 snapshot is in it (its position is past the change), every one after comes through the feed,
 so a watcher that keeps only changes past the snapshot misses none and repeats none.
 
-Only partitions someone watches cost anything: the restorer asks `watched` per written run.
+A watch of a range of keys subscribes to a whole partition instead (`subscribe_range`: every
+change whose store key its predicate accepts) and then reads the replica's position under
+the same lock: changes up to it are in the changelog before it (`sparkiq.node.replay` reads
+them again for a watch that resumes from further back), changes past it come through here.
+
+Only partitions someone watches cost anything: the restorer asks `watched` per written run,
+one dict lookup whether a partition is watched by key, by range, or not at all.
 """
 
 from __future__ import annotations
@@ -66,14 +72,58 @@ class Subscription:
         self._feed.unsubscribe(self)
 
 
+class RangeSubscription:
+    """One watcher of the keys of one partition that `accepts` takes
+    (`ChangeFeed.subscribe_range`).
+
+    `position` is the replica's position once the node read it; `on_change(store_key, value,
+    position)` hears of every accepted change after that, `on_end` once the replica is gone
+    (revoked), both on the event loop.
+    """
+
+    __slots__ = ("_feed", "accepts", "on_change", "on_end", "position", "tp")
+
+    def __init__(
+        self,
+        feed: ChangeFeed,
+        tp: TopicPartition,
+        accepts: Callable[[bytes], bool],
+        on_change: Callable[[bytes, bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> None:
+        self._feed = feed
+        self.tp = tp
+        self.accepts = accepts
+        self.on_change = on_change
+        self.on_end = on_end
+        self.position = 0
+
+    def close(self) -> None:
+        """Stop hearing of changes (idempotent)."""
+        self._feed.unsubscribe_range(self)
+
+
+class _Watchers:
+    """The watchers of one partition: of single keys, and of ranges of its keys."""
+
+    __slots__ = ("by_key", "ranges")
+
+    def __init__(self) -> None:
+        self.by_key: dict[bytes, list[Subscription]] = {}
+        self.ranges: list[RangeSubscription] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.by_key or self.ranges)
+
+
 class ChangeFeed:
-    """Watchers by partition and key; changes from the restorer thread to the event loop."""
+    """Watchers by partition (and key); changes from the restorer thread to the event loop."""
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        # tp -> store key -> subscriptions. Changed on the loop only; the restorer thread
-        # reads whether a partition is in it (one dict lookup, safe under the GIL).
-        self._watched: dict[TopicPartition, dict[bytes, list[Subscription]]] = {}
+        # tp -> its watchers. Changed on the loop only; the restorer thread reads whether a
+        # partition is in it (one dict lookup, safe under the GIL).
+        self._watched: dict[TopicPartition, _Watchers] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop subscribers live on (the node's)."""
@@ -92,24 +142,57 @@ class ChangeFeed:
     ) -> Subscription:
         """Watch `key` of `tp` (on the loop). Take the snapshot after this, not before."""
         sub = Subscription(self, tp, key, on_change, on_end)
-        self._watched.setdefault(tp, {}).setdefault(key, []).append(sub)
+        self._watchers(tp).by_key.setdefault(key, []).append(sub)
         return sub
 
+    def subscribe_range(
+        self,
+        tp: TopicPartition,
+        accepts: Callable[[bytes], bool],
+        on_change: Callable[[bytes, bytes | None, int], None],
+        on_end: Callable[[], None],
+    ) -> RangeSubscription:
+        """Watch every key of `tp` that `accepts` (a predicate on the store key) takes (on
+        the loop). Read the replica's position after this, not before."""
+        sub = RangeSubscription(self, tp, accepts, on_change, on_end)
+        self._watchers(tp).ranges.append(sub)
+        return sub
+
+    def _watchers(self, tp: TopicPartition) -> _Watchers:
+        watchers = self._watched.get(tp)
+        if watchers is None:
+            watchers = self._watched[tp] = _Watchers()
+        return watchers
+
     def unsubscribe(self, sub: Subscription) -> None:
-        by_key = self._watched.get(sub.tp)
-        if by_key is None:
+        watchers = self._watched.get(sub.tp)
+        if watchers is None:
             return
-        subs = by_key.get(sub.key)
+        subs = watchers.by_key.get(sub.key)
         if subs is None or sub not in subs:
             return
         subs.remove(sub)
         if not subs:
-            del by_key[sub.key]
-            if not by_key:
-                del self._watched[sub.tp]
+            del watchers.by_key[sub.key]
+            self._forget_if_unwatched(sub.tp, watchers)
+
+    def unsubscribe_range(self, sub: RangeSubscription) -> None:
+        watchers = self._watched.get(sub.tp)
+        if watchers is None or sub not in watchers.ranges:
+            return
+        watchers.ranges.remove(sub)
+        self._forget_if_unwatched(sub.tp, watchers)
+
+    def _forget_if_unwatched(self, tp: TopicPartition, watchers: _Watchers) -> None:
+        if not watchers and self._watched.get(tp) is watchers:
+            del self._watched[tp]
 
     def watcher_count(self) -> int:
-        return sum(len(subs) for by_key in self._watched.values() for subs in by_key.values())
+        """Watchers of keys and of ranges, on every partition."""
+        return sum(
+            len(w.ranges) + sum(len(subs) for subs in w.by_key.values())
+            for w in self._watched.values()
+        )
 
     def publish(
         self,
@@ -134,9 +217,10 @@ class ChangeFeed:
             loop.call_soon_threadsafe(self._end, gone)
 
     def _deliver(self, tp: TopicPartition, changes: Sequence[Change]) -> None:
-        by_key = self._watched.get(tp)
-        if by_key is None:
+        watchers = self._watched.get(tp)
+        if watchers is None:
             return
+        by_key = watchers.by_key
         for change in changes:
             subs = by_key.get(change.store_key)
             if subs is None:
@@ -146,18 +230,27 @@ class ChangeFeed:
                     sub.on_change(change.value, change.position)
                 except Exception:
                     log.exception("a watcher of %s[%d] failed on a change", *tp)
+        for ranged in tuple(watchers.ranges):
+            accepts, on_change = ranged.accepts, ranged.on_change
+            try:
+                for change in changes:
+                    if accepts(change.store_key):
+                        on_change(change.store_key, change.value, change.position)
+            except Exception:
+                log.exception("a watcher of a range of %s[%d] failed on a change", *tp)
 
     def _end(self, tps: Sequence[TopicPartition]) -> None:
         for tp in tps:
-            by_key = self._watched.pop(tp, None)
-            if by_key is None:
+            watchers = self._watched.pop(tp, None)
+            if watchers is None:
                 continue
-            for subs in by_key.values():
-                for sub in subs:
-                    try:
-                        sub.on_end()
-                    except Exception:
-                        log.exception("a watcher of %s[%d] failed at its end", *tp)
+            ends = [sub.on_end for subs in watchers.by_key.values() for sub in subs]
+            ends += [sub.on_end for sub in watchers.ranges]
+            for on_end in ends:
+                try:
+                    on_end()
+                except Exception:
+                    log.exception("a watcher of %s[%d] failed at its end", *tp)
 
 
 def changes_of(

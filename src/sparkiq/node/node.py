@@ -3,7 +3,8 @@
 The node follows the catalog to learn tables, joins the consumer group `<app>.serving` with
 the changelog topics of every table, restores the partitions the assignment gives it
 (actives, standbys, warm-ups) into local RocksDB stores, and serves the HTTP API. It is the
-`NodeView` the HTTP layer reads: the facts of placement and local replica state.
+`NodeView` the HTTP layer reads: the facts of placement and local replica state, and the
+watches of its replicas (`sparkiq.node.watching`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,13 +24,14 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.kafka.progress import ProgressFollower
-from sparkiq.node.changes import ChangeFeed, Subscription
+from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.membership import GroupMember
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.rebalance import RebalanceAsker
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
 from sparkiq.node.store import StoreRegistry
+from sparkiq.node.watching import Watching
 
 if TYPE_CHECKING:
     from sparkiq.node.partitionstore import PartitionStore
@@ -41,8 +43,8 @@ log = logging.getLogger("sparkiq.node.node")
 _ACTIVE = ReplicaState.ACTIVE
 
 
-class Node:
-    """One serving node; `await run()` until `stop()`."""
+class Node(Watching):
+    """One serving node; `await run()` until `stop()`. Its watches: `Watching`."""
 
     def __init__(self, settings: NodeSettings) -> None:
         self.settings = settings
@@ -196,23 +198,6 @@ class Node:
             return None
         store = self.restorer.store(tp)
         return None if store is None else (store, status.position)
-
-    def watch_key(
-        self,
-        tp: TopicPartition,
-        store_key: bytes,
-        on_change: Callable[[bytes | None, int], None],
-        on_end: Callable[[], None],
-    ) -> Subscription | None:
-        # Subscribed before the snapshot: a change applied in between is in both, and the
-        # watcher keeps only changes past the snapshot's position (`sparkiq.node.changes`).
-        sub = self.changes.subscribe(tp, store_key, on_change, on_end)
-        snapshot = self.restorer.snapshot(tp, store_key)
-        if snapshot is None:
-            sub.close()
-            return None
-        sub.value, sub.position = snapshot
-        return sub
 
     def catalog_loaded(self) -> bool:
         return self._catalog_loaded

@@ -117,3 +117,87 @@ async def test_a_watcher_hears_every_value_its_key_takes_after_its_snapshot(
         await ended.wait()
     assert feed.watcher_count() == 0
     sub.close()  # after the end: nothing to do
+
+
+async def test_a_range_watcher_hears_the_accepted_keys_of_its_partition_only() -> None:
+    feed = ChangeFeed()
+    feed.bind(asyncio.get_running_loop())
+    heard: list[tuple[bytes, bytes | None, int]] = []
+    keyed: list[tuple[bytes | None, int]] = []
+    ended = asyncio.Event()
+
+    def in_range(store_key: bytes) -> bool:
+        return store_key.startswith(b"s:a")
+
+    ranged = feed.subscribe_range(
+        ("t", 0), in_range, lambda k, v, p: heard.append((k, v, p)), ended.set
+    )
+    key_sub = feed.subscribe(("t", 0), b"s:b", lambda v, p: keyed.append((v, p)), lambda: None)
+    assert feed.watched(("t", 0))
+    assert not feed.watched(("t", 1))
+    assert feed.watcher_count() == 2
+    records = [
+        Record("t", 0, 5, b"a1", b"1"),
+        Record("t", 0, 6, b"b", b"2"),  # outside the range; the key watcher's
+        Record("t", 1, 9, b"a2", b"x"),  # another partition
+        Record("t", 0, 7, b"a2", None),
+    ]
+    feed.publish(records, {("t", 0): (lambda wire: b"s:" + wire, 5, 7)})
+    await asyncio.sleep(0)
+    assert heard == [(b"s:a1", b"1", 6), (b"s:a2", None, 8)]
+    assert keyed == [(b"2", 7)]
+    key_sub.close()
+    assert feed.watched(("t", 0))  # the range watcher still watches it
+    feed.end([("t", 0)])
+    async with asyncio.timeout(1):
+        await ended.wait()
+    assert not feed.watched(("t", 0))
+    ranged.close()  # after the end: nothing to do
+    assert feed.watcher_count() == 0
+
+
+async def test_a_range_watcher_of_a_real_replica_misses_nothing_after_its_position(
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tables: Tables,
+    make_restorer: Callable[..., Restorer],
+) -> None:
+    topic = unique_name("rangechanges")
+    create_topic(bootstrap, topic, 1)
+    tables.add(TableDef(name=topic, topic=topic, partitions=1, value_format=Format.STRING))
+    feed = ChangeFeed()
+    feed.bind(asyncio.get_running_loop())
+    restorer = make_restorer(feed=feed)
+    tp = (topic, 0)
+    restorer.assign({tp}, set())
+    produce(bootstrap, topic, [(0, b"a-0", b"v"), (0, b"b-0", b"v")])
+    heard: list[tuple[bytes, bytes | None, int]] = []
+    done = asyncio.Event()
+
+    def on_change(key: bytes, value: bytes | None, position: int) -> None:
+        heard.append((key, value, position))
+        if value == b"last":
+            done.set()
+
+    sub = feed.subscribe_range(tp, lambda k: k.startswith(b"a-"), on_change, lambda: None)
+    snapshot = None
+    while snapshot is None or snapshot[1] < 2:
+        await asyncio.sleep(0.05)
+        snapshot = restorer.snapshot(tp, None)
+    assert snapshot == (None, 2)
+    heard.clear()  # before the position: in the changelog, not for the feed
+    records: list[tuple[int, bytes | None, bytes | None]] = []
+    for i in range(1, 40):
+        records += [(0, f"a-{i}".encode(), b"v"), (0, f"b-{i}".encode(), b"v")]
+    records.append((0, b"a-0", b"last"))
+    await asyncio.to_thread(produce, bootstrap, topic, records)
+    async with asyncio.timeout(30):
+        await done.wait()
+    expected = [
+        (key, value, 2 + i + 1)
+        for i, (_, key, value) in enumerate(records)
+        if key is not None and key.startswith(b"a-")
+    ]
+    assert heard == expected
+    sub.close()
+    assert feed.watcher_count() == 0

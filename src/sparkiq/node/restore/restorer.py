@@ -192,14 +192,18 @@ class Restorer(Healing):
     def store(self, tp: TopicPartition) -> PartitionStore | None:
         return self._stores.get(tp)
 
-    def snapshot(self, tp: TopicPartition, store_key: bytes) -> tuple[bytes | None, int] | None:
-        """The value of `store_key` in this node's replica of `tp` and the replica's position,
-        taken between two written batches (a watch's start: `sparkiq.node.changes`)."""
+    def snapshot(
+        self, tp: TopicPartition, store_key: bytes | None
+    ) -> tuple[bytes | None, int] | None:
+        """The value of `store_key` (None: no key, only the position) in this node's replica
+        of `tp` and the replica's position, taken between two written batches (a watch's
+        start: `sparkiq.node.changes`)."""
         with self._lock:
             replica = self._replicas.get(tp)
             if replica is None or replica.state is _FAILED:
                 return None
-            return replica.store.get(store_key), replica.position
+            value = None if store_key is None else replica.store.get(store_key)
+            return value, replica.position
 
     def lags(self) -> dict[TopicPartition, int]:
         """Lag of every assigned partition and of every store left on disk."""
