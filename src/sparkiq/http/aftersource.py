@@ -14,7 +14,6 @@ import asyncio
 from sparkiq.core.positions import merge
 from sparkiq.core.progress import BadProgress, SourcePosition, parse_source_positions
 from sparkiq.core.queries import Failure, FailureReason
-from sparkiq.core.tables import TableDef
 from sparkiq.http.locate import Call
 from sparkiq.http.settings import HttpSettings
 from sparkiq.http.view import NodeView
@@ -34,19 +33,21 @@ def parse(text: str) -> list[SourcePosition] | Failure:
         )
 
 
-async def reach(
-    view: NodeView, settings: HttpSettings, table: TableDef, call: Call
-) -> Failure | None:
-    """Wait until `table`'s pipeline has committed past `call.after_source`, then add the
-    changelog positions that reflect it to `call.after`; a 503 when the budget runs out."""
-    wanted = call.after_source
-    if not wanted:
+async def reach(view: NodeView, settings: HttpSettings, call: Call) -> Failure | None:
+    """Wait until the table's pipeline has committed past `call.after_source`, then add
+    the changelog positions that reflect it to `call.after`; a 503 when the budget runs out.
+
+    The read loop calls it before the first round, once the request is known to be valid.
+    """
+    if call.after_source is None:
         return None
+    table, wanted = call.after_source
     progress = view.pipeline_progress()
     while True:
-        need = progress.covering(table.name, wanted)
+        need = progress.covering(table, wanted)
         if need is not None:
             call.after = merge(dict(call.after or {}), need)
+            call.after_source = None
             return None
         remaining = call.remaining()
         if remaining <= 0:
@@ -57,14 +58,14 @@ async def reach(
 def _not_yet(
     view: NodeView,
     settings: HttpSettings,
-    table: TableDef,
+    table: str,
     wanted: list[SourcePosition],
     call: Call,
 ) -> Failure:
-    latest = view.pipeline_progress().latest(table.name)
+    latest = view.pipeline_progress().latest(table)
     if latest is None:
         why = (
-            f"no progress of table {table.name!r}'s pipeline has reached {view.url} "
+            f"no progress of table {table!r}'s pipeline has reached {view.url} "
             "(after_source needs a table written by `sparkiq run`)"
         )
     else:
@@ -72,7 +73,7 @@ def _not_yet(
             f"{topic}:{p}:{latest.sources.get((topic, p), 'unread')}" for topic, p, _ in wanted
         )
         why = (
-            f"table {table.name!r}'s pipeline has not committed past "
+            f"table {table!r}'s pipeline has not committed past "
             f"{', '.join(f'{t}:{p}:{o}' for t, p, o in wanted)} within {call.budget_s:g}s "
             f"(its last batch, {latest.batch}, read up to {reached})"
         )

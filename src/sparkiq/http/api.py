@@ -294,10 +294,6 @@ class HttpApi:
         if isinstance(request, Failure):
             return failed(request)
         table, key_text, params, call = request
-        if call.after_source is not None:
-            waited = await aftersource.reach(self.view, self.settings, table, call)
-            if waited is not None:
-                return failed(waited)
         return await endpoint.handler(table, key_text, params, call, body)
 
     def table_request(
@@ -329,7 +325,7 @@ class HttpApi:
             source = aftersource.parse(params[AFTER_SOURCE_PARAM])
             if isinstance(source, Failure):
                 return source
-            call.after_source = source
+            call.after_source = (table.name, source)
         key_text = decode_segment(key_segment)
         if isinstance(key_text, Failure):
             return key_text

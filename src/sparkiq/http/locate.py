@@ -47,8 +47,9 @@ class Call:
     # A consistency token's positions (`after=`): partition -> the position a replica must
     # have reached to answer for it (`sparkiq.core.positions`).
     after: Positions | None = None
-    # `after_source=`: source records the table must reflect (`sparkiq.http.aftersource`).
-    after_source: list[SourcePosition] | None = None
+    # `after_source=`: the table, and the source records it must reflect before the read
+    # starts (`sparkiq.http.aftersource`; None once the read loop has waited for them).
+    after_source: tuple[str, list[SourcePosition]] | None = None
 
     def fresh(self, tp: TopicPartition, replica: LocalReplica) -> bool:
         """Whether `replica` has applied what the call's token needs of `tp`."""

@@ -35,6 +35,7 @@ from typing import NamedTuple, Protocol
 
 from sparkiq.core.queries import Failure
 from sparkiq.core.topology import TopicPartition
+from sparkiq.http import aftersource
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.locate import RECHECK_S, Call, LocalReplica, Locator, fallback_target
 from sparkiq.http.parts import ApiParts
@@ -171,6 +172,10 @@ async def read_partitions(
     `asked`: what a node already answered for the first round's ask of it (the key path
     asks the active before it comes here).
     """
+    if call.after_source is not None:
+        waited = await aftersource.reach(api.view, api.settings, call)
+        if waited is not None:
+            return failed(waited)
     locator = api.locator
     routes = PartitionRoutes(locator, call)
     first = dict(asked) if asked else {}
