@@ -27,7 +27,7 @@ from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
-from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 __all__ = ["ProgressFollower", "ProgressPublisher", "ensure_progress_topic", "progress_topic"]
@@ -97,22 +97,30 @@ class ProgressPublisher:
         self._producer.flush(timeout_s)
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                self._publish(*item)
-            except Exception as exc:  # progress is best effort: the pipeline goes on
-                log.warning("progress of %r batch %d not published: %s", item[0], item[1], exc)
+        # One consumer measures every batch's changelog end: one connection for the run,
+        # not a new one per micro-batch.
+        probe = probe_consumer(self._bootstrap, self._security)
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                try:
+                    self._publish(probe, *item)
+                except Exception as exc:  # progress is best effort: the pipeline goes on
+                    log.warning("progress of %r batch %d not published: %s", *item[:2], exc)
+        finally:
+            probe.close()
 
-    def _publish(self, name: str, batch: int, sources: dict[tuple[str, int], int]) -> None:
+    def _publish(
+        self, probe: Consumer, name: str, batch: int, sources: dict[tuple[str, int], int]
+    ) -> None:
         table = self._table_of(name)
         if table is None:
             log.warning("progress: table %r is not in the catalog; batch %d skipped", name, batch)
             return
         tps = [(table.topic, p) for p in range(table.partitions)]
-        ends = true_end_offsets(self._bootstrap, tps, security=self._security)
+        ends = true_end_offsets(self._bootstrap, tps, consumer=probe)
         changelog = {p: ends[(table.topic, p)] for p in range(table.partitions)}
         record = BatchProgress(name, batch, sources, changelog, _now_ms())
         self._producer.produce(
