@@ -25,6 +25,13 @@ its own (`Reads`): one key answers from the first, a multi-get merges them all.
 
 Answers from a stand-in say `"standby": true` and the changelog offset their replica had
 reached, like every read.
+
+A read with a consistency token (`Call.after`) takes only replicas at or past the token's
+offset of their partition: a local standby behind it sends the read to the active as step 2,
+a local active behind it waits (looking again every `TOKEN_RECHECK_S`), stand-ins behind it
+are passed over (one asked with `fallback_lag` answers 503 at once). A read with
+`after_source` first waits for the pipeline's progress to turn it into such a token
+(`sparkiq.http.aftersource`).
 """
 
 from __future__ import annotations
