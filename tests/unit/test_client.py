@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -23,7 +23,7 @@ from sparkiq.dev.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import DictStore, put_value
-from tests.support.mapview import MapView
+from tests.support.mapview import MapView, active_and_standby, wait_until
 
 USERS = TableDef("users", "users-changelog", 2)
 SETTINGS = HttpSettings(request_budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)
@@ -262,26 +262,10 @@ def test_importing_the_client_loads_no_server_code() -> None:
     assert done.stdout.strip() == "[]", done.stdout
 
 
-async def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    """Poll `cond` (the client fills what it reads from its own thread)."""
-    for _ in range(int(timeout_s / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_watch_resumes_on_another_node_without_repeating_or_going_back(
     stack: AsyncExitStack,
 ) -> None:
-    a, c = url(), url()
-    view_a, view_c = MapView(a, [USERS]), MapView(c, [USERS])
-    for view in (view_a, view_c):
-        for p in range(USERS.partitions):
-            view.set_placement((USERS.topic, p), a, [c], store=DictStore(), offset=0, lag=0)
-    a_stack = AsyncExitStack()
-    await a_stack.enter_async_context(HttpServer(view_a, "127.0.0.1", port_of(a), SETTINGS))
-    await stack.enter_async_context(HttpServer(view_c, "127.0.0.1", port_of(c), SETTINGS))
+    a, view_a, a_stack, c, view_c = await active_and_standby(stack, USERS, SETTINGS)
     events: list[dict[str, Any]] = []
 
     def consume() -> None:
@@ -308,7 +292,3 @@ async def test_watch_resumes_on_another_node_without_repeating_or_going_back(
     assert [e["value"] for e in events] == [None, *({"n": n} for n in range(1, 6))]
     assert [e["node"] for e in events] == [a, a, a, c, c, c]
     assert [e["offset"] for e in events] == [0, 1, 2, 3, 4, 5]
-
-
-def port_of(base: str) -> int:
-    return int(base.rsplit(":", 1)[1])

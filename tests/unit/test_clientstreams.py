@@ -4,7 +4,7 @@ range, resumed on another node with the vector of the last event, none missed or
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -15,8 +15,7 @@ from sparkiq.core.errors import ClientError
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.broker import free_port
 from sparkiq.http import HttpServer, HttpSettings
-from sparkiq.http.testing import DictStore
-from tests.support.mapview import MapView
+from tests.support.mapview import MapView, active_and_standby, port_of, wait_until
 
 USERS = TableDef("users", "users-changelog", 2)
 SETTINGS = HttpSettings(
@@ -28,35 +27,16 @@ def url() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-def port_of(base: str) -> int:
-    return int(base.rsplit(":", 1)[1])
-
-
 @pytest.fixture
 async def stack() -> AsyncIterator[AsyncExitStack]:
     async with AsyncExitStack() as s:
         yield s
 
 
-async def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    for _ in range(int(timeout_s / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def test_changes_resume_on_another_node_without_repeating_or_missing(
     stack: AsyncExitStack,
 ) -> None:
-    a, c = url(), url()
-    view_a, view_c = MapView(a, [USERS]), MapView(c, [USERS])
-    for view in (view_a, view_c):
-        for p in range(USERS.partitions):
-            view.set_placement((USERS.topic, p), a, [c], store=DictStore(), offset=0, lag=0)
-    a_stack = AsyncExitStack()
-    await a_stack.enter_async_context(HttpServer(view_a, "127.0.0.1", port_of(a), SETTINGS))
-    await stack.enter_async_context(HttpServer(view_c, "127.0.0.1", port_of(c), SETTINGS))
+    a, view_a, a_stack, c, view_c = await active_and_standby(stack, USERS, SETTINGS)
     events: list[dict[str, Any]] = []
 
     def consume() -> None:
