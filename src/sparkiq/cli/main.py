@@ -10,8 +10,9 @@ The options the commands share are in `sparkiq.cli.common`; `table` is in `spark
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -31,6 +32,9 @@ from sparkiq.cli.common import (
 from sparkiq.cli.options import settings_options
 from sparkiq.cli.table import table
 from sparkiq.node.settings import NodeSettings
+
+if TYPE_CHECKING:
+    from sparkiq.client import Client
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -140,16 +144,9 @@ def watch(
 ) -> None:
     """Print KEY's answer in TABLE now, then again at each change, one JSON line each, until
     Ctrl-C (or --count events)."""
-    from sparkiq.client import Client
-
-    def run() -> None:
-        with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
-            for n, entry in enumerate(client.watch(table_name, key), 1):
-                click.echo(orjson.dumps(entry).decode())
-                if count is not None and n >= count:
-                    return
-
-    run_command(run)
+    _print_stream(
+        lambda client: client.watch(table_name, key), urls, count, token, api_key, ca_file
+    )
 
 
 @main.command()
@@ -173,15 +170,32 @@ def changes(
 ) -> None:
     """Print every change of a key of TABLE in the range (--prefix, or --from/--to; neither:
     the whole table) from now on, one JSON line each, until Ctrl-C (or --count changes)."""
-    from sparkiq.client import Client
-
     if prefix is not None and (from_ is not None or to is not None):
         raise click.UsageError("give --prefix or --from/--to, not both")
+    _print_stream(
+        lambda client: client.changes(table_name, prefix=prefix, from_=from_, to=to),
+        urls,
+        count,
+        token,
+        api_key,
+        ca_file,
+    )
+
+
+def _print_stream(
+    stream: Callable[[Client], Iterable[dict[str, Any]]],
+    urls: tuple[str, ...],
+    count: int | None,
+    token: str | None,
+    api_key: str | None,
+    ca_file: Path | None,
+) -> None:
+    """Print each entry of a client's `stream` as a JSON line, until Ctrl-C or `count`."""
+    from sparkiq.client import Client
 
     def run() -> None:
         with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
-            stream = client.changes(table_name, prefix=prefix, from_=from_, to=to)
-            for n, entry in enumerate(stream, 1):
+            for n, entry in enumerate(stream(client), 1):
                 click.echo(orjson.dumps(entry).decode())
                 if count is not None and n >= count:
                     return
