@@ -74,6 +74,8 @@ def render_cluster(
             note = "  (placement unknown: every lookup asks every partition)"
         elif misplaced:
             note = "  (a key missing from its partition is looked for in all the others)"
+        if t.get("kind") == "global":
+            note += "  (global: every node holds every partition and answers every key)"
         lines.append(
             f"table {t['name']}: partitioner {t.get('partitioner', 'murmur2')}, "
             f"{misplaced:,} misplaced records{note}"
@@ -84,6 +86,7 @@ def render_cluster(
         f"{'POSITION':>9} {'END':>9} {'LAG':>7} {'MISPLACED':>9}",
     ]
     faults: list[str] = []
+    everywhere = {t["name"] for t in tables if t.get("kind") == "global"}
     for node in meta.get("nodes", []):
         url = node["url"]
         replicas = _local_replicas(url, timeout_s, http)
@@ -93,7 +96,7 @@ def render_cluster(
         roles: dict[tuple[str, int], str] = {}
         for role in ("active", "standby", "warming"):
             for table, part in node.get(role, []):
-                roles[(table, int(part))] = role
+                roles[(table, int(part))] = "global" if table in everywhere else role
         if not replicas:
             lines.append(f"{url:<28} (no partitions)")
         for r in sorted(replicas, key=lambda r: (r["table"], r["partition"])):

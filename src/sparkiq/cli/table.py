@@ -42,6 +42,13 @@ def table() -> None:
 )
 @click.option("--window-size-ms", type=int, default=None, help="Windowed tables: window length.")
 @click.option(
+    "--retention",
+    default=None,
+    help="Windowed tables: how long a window is kept after it ends (e.g. 1h, 90m, '2 days'), "
+    "against the newest window end of its partition; older windows are removed from the "
+    "stores. Default: kept for good.",
+)
+@click.option(
     "--key-schema",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
@@ -75,6 +82,7 @@ def table_create(
     value_format: str,
     kind: str,
     window_size_ms: int | None,
+    retention: str | None,
     key_schema: Path | None,
     value_schema: Path | None,
     description: str,
@@ -85,12 +93,14 @@ def table_create(
     kafka_properties: tuple[str, ...],
 ) -> None:
     """Register topic TOPIC as table NAME: its latest value per key, null values deleting."""
+    from sparkiq.core.durations import parse_duration_ms
     from sparkiq.kafka.admin import partition_count
     from sparkiq.kafka.catalog import register_table
 
     security = kafka_security(kafka_config, kafka_properties)
 
     def run() -> None:
+        retention_ms = parse_duration_ms(retention) if retention is not None else None
         partitions = partition_count(bootstrap_servers, topic, security=security)
         kind_ = TableKind(kind)
         if partitioner == "auto":
@@ -107,6 +117,7 @@ def table_create(
             value_format=Format(value_format),
             kind=kind_,
             window_size_ms=window_size_ms,
+            retention_ms=retention_ms,
             key_schema=key_schema.read_text() if key_schema else None,
             value_schema=value_schema.read_text() if value_schema else None,
             description=description,
@@ -117,8 +128,33 @@ def table_create(
             f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
             f"partitioner {chosen.value}"
         )
+        if retention_ms is not None:
+            _check_topic_retention(bootstrap_servers, topic, retention_ms, security)
 
     run_command(run)
+
+
+def _check_topic_retention(
+    bootstrap: str, topic: str, retention_ms: int, security: KafkaSecurity
+) -> None:
+    """Say so when the topic keeps its records forever or for less than the retention."""
+    from sparkiq.kafka.admin import topic_config
+
+    config = topic_config(bootstrap, topic, security=security)
+    policy = config.get("cleanup.policy", "delete")
+    kept = int(config.get("retention.ms", "-1"))
+    if "delete" not in policy or kept < 0:
+        click.echo(
+            f"note: topic {topic!r} (cleanup.policy={policy}) keeps its records for good: the "
+            "stores drop expired windows, but the topic grows; give it cleanup.policy="
+            f"compact,delete and retention.ms of at least {retention_ms}"
+        )
+    elif kept < retention_ms:
+        click.echo(
+            f"note: topic {topic!r} deletes records after {kept} ms, before the table's "
+            f"retention of {retention_ms} ms: a node restoring from scratch finds fewer windows "
+            "than the others keep"
+        )
 
 
 def _detect_partitioner(
@@ -158,6 +194,7 @@ def table_list(
                 f"{t.name}\ttopic={t.topic}\tpartitions={t.partitions}\tkind={t.kind.value}"
                 f"\tkey={t.key_format.value}\tvalue={t.value_format.value}"
                 f"\tpartitioner={t.partitioner.value}"
+                + (f"\tretention_ms={t.retention_ms}" if t.retention_ms is not None else "")
             )
 
     run_command(run)

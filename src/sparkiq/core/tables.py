@@ -32,10 +32,12 @@ class Format(StrEnum):
 
 
 class TableKind(StrEnum):
-    """A plain key-value table, or one whose values are per (key, window start)."""
+    """A plain key-value table, one whose values are per (key, window start), or a key-value
+    table every node holds whole (`global`: small reference data, read locally anywhere)."""
 
     KV = "kv"
     WINDOWED = "windowed"
+    GLOBAL = "global"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,9 @@ class TableDef:
     kind: TableKind = TableKind.KV
     # Windowed tables: the window length; the record key is key bytes + 8-byte BE start ms.
     window_size_ms: int | None = None
+    # Windowed tables: how long a window is kept after it ends, measured against the newest
+    # window end seen in its partition (None: kept for good).
+    retention_ms: int | None = None
     # Avro formats: the writer schema, as JSON text.
     key_schema: str | None = None
     value_schema: str | None = None
@@ -71,6 +76,16 @@ class TableDef:
             raise CatalogError(f"table {self.name!r} needs at least one partition")
         if self.kind is TableKind.WINDOWED and not (self.window_size_ms or 0) > 0:
             raise CatalogError(f"windowed table {self.name!r} needs window_size_ms > 0")
+        if self.kind is not TableKind.WINDOWED and self.window_size_ms is not None:
+            raise CatalogError(f"table {self.name!r} is {self.kind.value}: it has no window size")
+        if self.retention_ms is not None:
+            if self.kind is not TableKind.WINDOWED:
+                raise CatalogError(
+                    f"table {self.name!r} is {self.kind.value}: only windowed tables take a "
+                    "retention"
+                )
+            if self.retention_ms <= 0:
+                raise CatalogError(f"table {self.name!r} needs a retention > 0 ms")
         if self.key_format is Format.AVRO and not self.key_schema:
             raise CatalogError(f"table {self.name!r} has Avro keys but no key_schema")
         if self.value_format is Format.AVRO and not self.value_schema:
@@ -79,6 +94,11 @@ class TableDef:
     @property
     def is_windowed(self) -> bool:
         return self.kind is TableKind.WINDOWED
+
+    @property
+    def is_global(self) -> bool:
+        """Whether every node holds every partition and answers every key itself."""
+        return self.kind is TableKind.GLOBAL
 
     @property
     def has_fixed_placement(self) -> bool:
@@ -111,6 +131,7 @@ class TableDef:
                 value_format=Format(raw.get("value_format", "json")),
                 kind=TableKind(raw.get("kind", "kv")),
                 window_size_ms=raw.get("window_size_ms"),
+                retention_ms=raw.get("retention_ms"),
                 key_schema=raw.get("key_schema"),
                 value_schema=raw.get("value_schema"),
                 description=str(raw.get("description", "")),
@@ -132,6 +153,8 @@ class TableDef:
         }
         if self.window_size_ms is not None:
             out["window_size_ms"] = self.window_size_ms
+        if self.retention_ms is not None:
+            out["retention_ms"] = self.retention_ms
         if self.description:
             out["description"] = self.description
         return out

@@ -105,6 +105,11 @@ class TableSummary(BaseModel):
     window_size_ms: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="The window size (windowed tables only)."
     )
+    retention_ms: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="How long a window is kept after it ends, against the newest window end "
+        "of its partition (windowed tables with a retention only).",
+    )
     description: str | None = None
     misplaced_records: Count = Field(
         description="Records the cluster found in another partition than the partitioner "

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from sparkiq.core.errors import KafkaError, TopicNotFoundError
@@ -167,3 +167,25 @@ def wait_for_topic(
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+
+
+def topic_config(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> dict[str, str]:
+    """The settings of *topic* (`cleanup.policy`, `retention.ms`, ...) as the broker has."""
+    errors = ClientErrors()
+    admin = admin_client(bootstrap_servers, security=security, errors=errors)
+    futures = admin.describe_configs([ConfigResource("topic", topic)], request_timeout=timeout_s)
+    try:
+        entries = next(iter(futures.values())).result(timeout_s)
+    except KafkaException as exc:
+        raise KafkaError(
+            f"cannot read the settings of topic {topic!r}: {exc}{errors.hint(admin, security)}"
+        ) from exc
+    finally:
+        del futures
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}

@@ -23,6 +23,9 @@ manner of Kafka Streams' HighAvailabilityTaskAssignor:
    goes to another host (the host name of the node's URL) than the partition's other
    replicas while a node there has room. Total replicas per node (actives, warm-ups and
    standbys) are then evened out; even loads come before spread hosts.
+4. **Global tables.** The partitions of the topics in ``everywhere`` get an active (and a
+   warm-up) as above, and every other node as a standby: each node keeps a whole copy,
+   outside the standby count and the evening-out of loads.
 
 Node identity is the URL. Two group members reporting the same URL (a node restarted before
 the broker expired its previous member id) are treated as one node: what they hold is merged
@@ -33,7 +36,7 @@ arrival order or member id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -61,10 +64,12 @@ def assign(
     standby_replicas: int,
     acceptable_lag: int,
     generation: int = -1,
+    everywhere: Collection[str] = frozenset(),
 ) -> ClusterMap:
     """Assign every partition of *partitions* (topic -> count) to the nodes of *members*.
 
-    *members* is keyed by group member id; the returned map is keyed by node URL.
+    *members* is keyed by group member id; the returned map is keyed by node URL. The
+    partitions of the topics in *everywhere* (global tables) go to every node.
     """
     if standby_replicas < 0:
         raise ConfigError(f"standby_replicas must be 0 or more, got {standby_replicas}")
@@ -86,7 +91,11 @@ def assign(
     state = _State(nodes, acceptable_lag)
     targets = _balanced_targets(tps, state)
     actives, warming = _apply_warm_up(tps, targets, state)
-    standbys = _place_standbys(tps, actives, warming, standby_replicas, state)
+    spread = [tp for tp in tps if tp[0] not in everywhere]
+    standbys = _place_standbys(spread, actives, warming, standby_replicas, state)
+    for tp in tps:
+        if tp[0] in everywhere:
+            standbys[tp] = {u for u in state.urls if u not in (actives[tp], warming.get(tp))}
     owners = {
         tp: PartitionOwners(
             active=actives[tp],
@@ -309,12 +318,12 @@ def _place_standbys(
     host = {u: _host(u) for u in urls}
     # A node's load is every replica it keeps: its actives and what it warms up.
     load = dict.fromkeys(urls, 0)
-    for url in actives.values():
-        load[url] += 1
-    for url in warming.values():
-        load[url] += 1
+    for tp in tps:
+        load[actives[tp]] += 1
+        if tp in warming:
+            load[warming[tp]] += 1
     need = {tp: min(standby_replicas, len(urls) - 1 - (1 if tp in warming else 0)) for tp in tps}
-    total = len(tps) + len(warming) + sum(need.values())
+    total = len(tps) + sum(tp in warming for tp in tps) + sum(need.values())
     cap = -(-total // len(urls))
     standbys: dict[TopicPartition, set[str]] = {tp: set() for tp in tps}
 

@@ -65,6 +65,7 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         standby_replicas: int,
         acceptable_lag: int,
         unassigned_topics: Iterable[str] = (),
+        global_topics: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self._member_info = member_info
         self._on_map = on_map
@@ -74,6 +75,9 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         # Subscribed only to keep members in the group (the catalog): in no map, so their
         # partitions take no node's share of actives.
         self._unassigned = frozenset(unassigned_topics)
+        # The changelogs of global tables, as this member's catalog knows them: when it is
+        # the leader, their partitions go to every node.
+        self._global_topics = global_topics
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
         return ConsumerProtocolMemberMetadata(
@@ -104,6 +108,7 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             standby_replicas=self._standby_replicas,
             acceptable_lag=self._acceptable_lag,
             generation=self._generation(),
+            everywhere=frozenset(self._global_topics()),
         )
         user_data = cluster_map.to_bytes()
         return {
@@ -140,6 +145,7 @@ class GroupMember:
         heartbeat_interval_ms: int,
         kafka_config: Mapping[str, str] | None = None,
         unassigned_topics: Iterable[str] = (),
+        global_topics: Callable[[], Iterable[str]] = tuple,
         security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """*security* is translated for aiokafka here, so settings it cannot use (GSSAPI,
@@ -164,6 +170,7 @@ class GroupMember:
             standby_replicas=standby_replicas,
             acceptable_lag=acceptable_lag,
             unassigned_topics=unassigned_topics,
+            global_topics=global_topics,
         )
         self._consumer: AIOKafkaConsumer | None = None
         self._poll_task: asyncio.Task[None] | None = None

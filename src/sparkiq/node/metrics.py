@@ -70,6 +70,9 @@ class RestorerCounts(Protocol):
     @property
     def rebuilds(self) -> int: ...
 
+    @property
+    def windows_expired(self) -> int: ...
+
     def statuses(self) -> Mapping[TopicPartition, PartitionStatus]: ...
 
 
@@ -197,6 +200,12 @@ class NodeMetrics(Collector):
             "Stores moved aside and rebuilt from the changelog after a storage fault, since "
             "the node started.",
             value=restorer.rebuilds,
+        )
+        yield CounterMetricFamily(
+            "sparkiq_windows_expired",
+            "Windows removed from local stores because they ended more than their table's "
+            "retention before the newest window of their partition, since the node started.",
+            value=restorer.windows_expired,
         )
         yield GaugeMetricFamily(
             "sparkiq_group_generation",

@@ -100,6 +100,7 @@ class Node(Watching):
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             # The catalog keeps the node in the group; its partition is nobody's to serve.
             unassigned_topics=(settings.catalog_topic,),
+            global_topics=self._global_topics,
             security=settings.kafka_config,
         )
         self._rebalances = RebalanceAsker(
@@ -346,6 +347,9 @@ class Node(Watching):
         # The catalog topic keeps the node in the group even before any table exists.
         return sorted({self.settings.catalog_topic, *self._by_topic})
 
+    def _global_topics(self) -> list[str]:
+        return [topic for topic, table in self._by_topic.items() if table.is_global]
+
     def _table_for_topic(self, topic: str) -> TableDef | None:
         return self._by_topic.get(topic)
 
@@ -398,6 +402,11 @@ class Node(Watching):
                 for tp in cluster_map.standbys_of(self._url) | cluster_map.warming_of(self._url)
                 if tp[0] in known
             }
+            # A global table's every replica serves its own reads: restored like an active,
+            # answering once caught up; the map's active answers for a node still restoring.
+            everywhere = {tp for tp in standbys if self._by_topic[tp[0]].is_global}
+            actives |= everywhere
+            standbys -= everywhere
         log.info(
             "node %s generation %d: %d active, %d standby partitions",
             self._url,

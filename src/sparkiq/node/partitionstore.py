@@ -333,6 +333,17 @@ class PartitionStore:
                 batch.put(key, value)
         self.write(batch, next_offset, wal=wal)
 
+    def remove(self, store_keys: Sequence[bytes]) -> None:
+        """Delete keys outside the changelog's order (expired windows): the checkpoint is
+        left alone, so this may run beside the thread that applies the changelog."""
+        batch = WriteBatch(raw_mode=True)
+        for key in store_keys:
+            batch.delete(key)
+        try:
+            self._db.write(batch, self._wo)
+        except Exception as exc:
+            raise self._fault("deleting from", exc) from exc
+
     def new_batch(self) -> WriteBatch:
         """An empty batch for `write`; the restorer fills it record by record, which saves
         building a list of pairs first on its hot path."""

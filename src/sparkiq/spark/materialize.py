@@ -20,10 +20,10 @@ that writes a table and other topics at once (add a ``topic`` column and union t
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from sparkiq.core.durations import parse_duration_ms
 from sparkiq.core.errors import ConfigError
 from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.kafka.admin import create_topic
@@ -44,46 +44,30 @@ __all__ = [
     "parse_duration_ms",
     "prepare_table",
     "start_kafka_write",
+    "write_kafka_once",
 ]
 
 # Changelog topics keep the latest record per key; tombstones are kept a day so a node
 # restoring from scratch still sees recent deletes.
 CHANGELOG_TOPIC_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
-
-_UNIT_MS = {
-    "ms": 1,
-    "millisecond": 1,
-    "s": 1000,
-    "second": 1000,
-    "m": 60_000,
-    "minute": 60_000,
-    "h": 3_600_000,
-    "hour": 3_600_000,
-    "d": 86_400_000,
-    "day": 86_400_000,
-}
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
+# A windowed changelog with a retention keeps its records this much longer than the windows.
+WINDOW_CHANGELOG_EXTRA_MS = 86_400_000
 
 
-def parse_duration_ms(text: str | int) -> int:
-    """Milliseconds in a duration such as ``"1 minute"``, ``"30 seconds"`` or ``"500ms"``."""
-    if isinstance(text, int):
-        if text <= 0:
-            raise ConfigError(f"a duration must be positive, got {text} ms")
-        return text
-    match = _DURATION.match(text.lower())
-    unit = match.group(2) if match else ""
-    if unit not in _UNIT_MS and unit.endswith("s"):
-        unit = unit[:-1]  # "minutes", "seconds"
-    if match is None or unit not in _UNIT_MS:
-        raise ConfigError(
-            f"cannot read the duration {text!r}: write a whole number and a unit, e.g. "
-            "'1 minute', '30 seconds', '500 ms'"
-        )
-    ms = int(match.group(1)) * _UNIT_MS[unit]
-    if ms <= 0:
-        raise ConfigError(f"a duration must be positive, got {text!r}")
-    return ms
+def changelog_topic_config(table: TableDef) -> dict[str, str]:
+    """The topic settings of *table*'s changelog.
+
+    A windowed table with a retention also deletes by age (``compact,delete``): its records
+    are kept the retention, plus the window size (a window is timestamped when it starts
+    and kept until it ends), plus a day, as Kafka Streams does for window stores, so a
+    node restoring from scratch finds every window it still has to keep.
+    """
+    config = dict(CHANGELOG_TOPIC_CONFIG)
+    if table.retention_ms is not None:
+        keep = table.retention_ms + (table.window_size_ms or 0) + WINDOW_CHANGELOG_EXTRA_MS
+        config["cleanup.policy"] = "compact,delete"
+        config["retention.ms"] = str(keep)
+    return config
 
 
 def prepare_table(
@@ -99,7 +83,7 @@ def prepare_table(
         bootstrap_servers,
         table.topic,
         table.partitions,
-        config=CHANGELOG_TOPIC_CONFIG,
+        config=changelog_topic_config(table),
         exist_ok=True,
         timeout_s=timeout_s,
         security=security,
@@ -239,21 +223,38 @@ def define_table(
     window_size: str | int | None = None,
     app: str = DEFAULT_APP,
     description: str = "",
+    kind: str | None = None,
+    retention: str | int | None = None,
 ) -> TableDef:
-    """The definition of a table a pipeline writes (changelog topic ``<app>.table.<name>``)."""
+    """The definition of a table a pipeline writes (changelog topic ``<app>.table.<name>``).
+
+    *kind* is ``kv``, ``windowed`` or ``global``; by default ``windowed`` when a
+    *window_size* is given, else ``kv``. *retention* (windowed tables) is how long a window
+    is kept after it ends, e.g. ``"1 hour"``.
+    """
     try:
         kf, vf = Format(key_format), Format(value_format)
     except ValueError as exc:
         raise ConfigError(f"unknown format: {exc}") from exc
     window_ms = parse_duration_ms(window_size) if window_size is not None else None
+    try:
+        table_kind = TableKind(kind) if kind is not None else None
+    except ValueError:
+        kinds = ", ".join(k.value for k in TableKind)
+        raise ConfigError(f"unknown table kind {kind!r}: use one of {kinds}") from None
+    if table_kind is None:
+        table_kind = TableKind.WINDOWED if window_ms else TableKind.KV
+    if table_kind is TableKind.WINDOWED and window_ms is None:
+        raise ConfigError(f"windowed table {table!r} needs window_size=..., e.g. '1 minute'")
     return TableDef(
         name=table,
         topic=topic or f"{app}.table.{table}",
         partitions=partitions,
         key_format=kf,
         value_format=vf,
-        kind=TableKind.WINDOWED if window_ms else TableKind.KV,
+        kind=table_kind,
         window_size_ms=window_ms,
+        retention_ms=parse_duration_ms(retention) if retention is not None else None,
         description=description,
     )
 
@@ -278,13 +279,18 @@ def materialize(
     trigger_interval: str | None = "1 second",
     description: str = "",
     kafka_security: KafkaSecurity = PLAINTEXT,
-) -> StreamingQuery:
+    kind: str | None = None,
+    retention: str | int | None = None,
+) -> StreamingQuery | None:
     """Write *df*'s updates as the changelog of table *table* and make it queryable.
 
     The changelog topic (default ``<app>.table.<table>``) is created with *partitions*
     partitions if it is missing, the table is registered in the catalog of *app*, and the
     returned query (named after the table) writes every update. Pass *window* (the window
-    column of a ``groupBy(..., F.window(...))``) and *window_size* for a windowed table.
+    column of a ``groupBy(..., F.window(...))``) and *window_size* for a windowed table,
+    and *retention* (e.g. ``"1 hour"``) to drop its windows that long after they end;
+    ``kind="global"`` for a table every node holds whole. A batch (not streaming) *df*, say
+    reference data for a global table, is written once before this returns None.
     The topic creation, the registration and the writers connect with *kafka_security*.
     """
     definition = define_table(
@@ -296,24 +302,40 @@ def materialize(
         window_size=window_size,
         app=app,
         description=description,
+        kind=kind,
+        retention=retention,
     )
     if (window is not None) != definition.is_windowed:
         raise ConfigError("a windowed table needs both window=<column> and window_size=...")
     records = changelog(df, definition, key=key, value=value, window=window, deleted=deleted)
     prepare_table(bootstrap_servers, definition, app=app, security=kafka_security)
+    kafka_options = {
+        "bootstrap.servers": bootstrap_servers,
+        "topic": definition.topic,
+        "windowedKeys": "true" if definition.is_windowed else "false",
+        **kafka_security.spark_options(),
+    }
+    if not df.isStreaming:
+        write_kafka_once(records, kafka_options)
+        return None
     return start_kafka_write(
         records,
         name=f"table {table}",
-        kafka_options={
-            "bootstrap.servers": bootstrap_servers,
-            "topic": definition.topic,
-            "windowedKeys": "true" if definition.is_windowed else "false",
-            **kafka_security.spark_options(),
-        },
+        kafka_options=kafka_options,
         checkpoint_location=checkpoint_location,
         output_mode=output_mode,
         trigger_interval=trigger_interval,
     )
+
+
+def write_kafka_once(df: DataFrame, kafka_options: dict[str, str]) -> int:
+    """Produce a batch DataFrame (key, value[, topic]) to Kafka; the records acknowledged."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    options = SinkOptions.parse(kafka_options, df.schema)
+    counted = StructType([StructField("records", LongType(), False)])
+    rows = df.mapInArrow(functools.partial(produce_partition, options), counted).collect()
+    return sum(int(row["records"]) for row in rows)
 
 
 def start_kafka_write(
@@ -335,13 +357,9 @@ def start_kafka_write(
     runs the commit of a Python data source sink in a fresh Python process each time, which
     costs seconds per batch on a busy machine.
     """
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    options = SinkOptions.parse(kafka_options, df.schema)
-    counted = StructType([StructField("records", LongType(), False)])
 
     def write_batch(batch: DataFrame, _batch_id: int) -> None:
-        batch.mapInArrow(functools.partial(produce_partition, options), counted).collect()
+        write_kafka_once(batch, kafka_options)
 
     writer = df.writeStream.option("checkpointLocation", checkpoint_location)
     writer = writer.outputMode(output_mode).queryName(name).foreachBatch(write_batch)

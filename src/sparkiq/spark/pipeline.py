@@ -177,14 +177,18 @@ class PipelineContext:
         table: str,
         key: str | Column,
         **options: Any,
-    ) -> StreamingQuery:
-        """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints."""
+    ) -> StreamingQuery | None:
+        """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints.
+
+        A batch *df* (reference data, e.g. a global table's rows) is written once, before
+        this returns None; a streaming one starts the table's query.
+        """
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
         options.setdefault("kafka_security", self.kafka_security)
-        self.tables_of_query[f"table {table}"] = [table]  # the query `materialize` names
-        return self._start(
-            lambda: materialize(
+
+        def write() -> StreamingQuery | None:
+            return materialize(
                 df,
                 table=table,
                 key=key,
@@ -192,7 +196,17 @@ class PipelineContext:
                 checkpoint_location=self.checkpoint(f"table-{table}"),
                 **options,
             )
-        )
+
+        if not df.isStreaming:
+            return write()
+        self.tables_of_query[f"table {table}"] = [table]  # the query `materialize` names
+        return self._start(lambda: _started(write()))
+
+
+def _started(query: StreamingQuery | None) -> StreamingQuery:
+    if query is None:  # materialize starts a query for every streaming DataFrame
+        raise ConfigError("materialize started no query for a streaming DataFrame")
+    return query
 
 
 def load_pipeline(path: Path) -> PipelineFn:

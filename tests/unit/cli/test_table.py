@@ -78,3 +78,37 @@ def test_a_missing_topic_is_a_clear_error_and_registers_nothing(
     assert f"topic {topic!r} does not exist" in out
     assert read_catalog(bootstrap, app=app) == {}
     assert topic not in list_topics(bootstrap)  # not created on the way
+
+
+def test_global_and_retention_tables_are_registered_with_their_kind_and_retention(
+    bootstrap: str, unique_name: Namer
+) -> None:
+    app, stores, sales = unique_name("cliapp"), unique_name("stores"), unique_name("sales")
+    create_topic(bootstrap, stores, 2)
+    create_topic(bootstrap, sales, 2, config={"cleanup.policy": "compact"})
+    code, out = create(bootstrap, app, "stores", "--topic", stores, "--kind", "global")
+    assert code == 0, out
+    args = ["--kind", "windowed", "--window-size-ms", "60000", "--retention", "1h"]
+    code, out = create(bootstrap, app, "sales", "--topic", sales, *args)
+    assert code == 0, out
+    assert f"note: topic {sales!r} (cleanup.policy=compact) keeps its records for good" in out
+    tables = read_catalog(bootstrap, app=app)
+    assert tables["stores"].is_global
+    assert (tables["sales"].retention_ms, tables["sales"].window_size_ms) == (3_600_000, 60_000)
+    listed = CliRunner().invoke(table, ["list", "--bootstrap-servers", bootstrap, "--app", app])
+    assert "kind=global" in listed.output
+    assert "retention_ms=3600000" in listed.output
+
+
+def test_a_retention_on_a_table_that_is_not_windowed_is_refused(
+    bootstrap: str, unique_name: Namer
+) -> None:
+    app, topic = unique_name("cliapp"), unique_name("kv")
+    create_topic(bootstrap, topic, 1)
+    code, out = create(bootstrap, app, "kv", "--topic", topic, "--retention", "1h")
+    assert code == 2
+    assert "only windowed tables take a retention" in out
+    code, out = create(bootstrap, app, "kv", "--topic", topic, "--retention", "soon")
+    assert code == 2
+    assert "cannot read the duration 'soon'" in out
+    assert read_catalog(bootstrap, app=app) == {}

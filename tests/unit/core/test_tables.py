@@ -7,7 +7,7 @@ import pytest
 
 from sparkiq.core.errors import CatalogError
 from sparkiq.core.partitioner import Partitioner, crc32_partition, fnv1a_partition, partition_for
-from sparkiq.core.tables import TableDef
+from sparkiq.core.tables import TableDef, TableKind
 
 
 def test_a_definition_round_trips_with_its_partitioner() -> None:
@@ -48,3 +48,22 @@ def test_a_table_of_unknown_placement_has_no_partition_per_key() -> None:
     table = TableDef("t", "topic", 7, partitioner=Partitioner.ANY)
     assert table.partition_of(b"a") is None
     assert not table.has_fixed_placement
+
+
+def test_global_and_retention_definitions_round_trip_and_are_checked() -> None:
+    stores = TableDef("stores", "s", 3, kind=TableKind.GLOBAL)
+    assert stores.is_global
+    assert not stores.is_windowed
+    sales = TableDef(
+        "sales", "w", 3, kind=TableKind.WINDOWED, window_size_ms=60_000, retention_ms=120_000
+    )
+    for table in (stores, sales):
+        assert TableDef.from_json(table.to_json()) == table
+    assert sales.summary()["retention_ms"] == 120_000
+    assert "retention_ms" not in stores.summary()
+    with pytest.raises(CatalogError, match="only windowed tables take a retention"):
+        TableDef("t", "t", 1, retention_ms=1_000)
+    with pytest.raises(CatalogError, match="global: it has no window size"):
+        TableDef("t", "t", 1, kind=TableKind.GLOBAL, window_size_ms=1_000)
+    with pytest.raises(CatalogError, match="retention > 0"):
+        TableDef("t", "t", 1, kind=TableKind.WINDOWED, window_size_ms=1, retention_ms=0)

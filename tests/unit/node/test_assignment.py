@@ -459,3 +459,45 @@ def test_members_of_one_node_and_of_earlier_versions_stay_merged() -> None:
     assert assign(restarted, {"t": 2}, standby_replicas=0, acceptable_lag=0).refused == {}
     unversioned = {"m1": MemberInfo(url), "m2": MemberInfo(url)}
     assert assign(unversioned, {"t": 2}, standby_replicas=0, acceptable_lag=0).refused == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.sampled_from(TOPICS))
+def test_a_global_topic_is_held_by_every_node_and_the_rest_as_before(
+    cluster: tuple[dict[str, MemberInfo], dict[str, int], int, int], everywhere: str
+) -> None:
+    members, partitions, standby_replicas, acceptable_lag = cluster
+    cm = assign(
+        members,
+        partitions,
+        standby_replicas=standby_replicas,
+        acceptable_lag=acceptable_lag,
+        everywhere={everywhere},
+    )
+    urls = {m.url for m in members.values()}
+    for tp, owners in cm.owners.items():
+        held = {owners.active, *owners.standbys, *owners.warming}
+        if tp[0] == everywhere:
+            assert held == urls  # every node: the active, warming or a standby
+            assert len(owners.standbys) + len(owners.warming) == len(urls) - 1
+        else:  # the requested standbys, fewer by one while a node warms the partition up
+            want = min(standby_replicas, len(urls) - 1 - len(owners.warming))
+            assert len(owners.standbys) == want
+
+
+def test_a_global_topic_s_actives_are_balanced_with_the_others() -> None:
+    urls = [url(i) for i in range(3)]
+    cm = assign(
+        {f"member-{u}": MemberInfo(url=u) for u in urls},
+        {"orders": 6, "users": 3},
+        standby_replicas=1,
+        acceptable_lag=10,
+        everywhere={"users"},
+    )
+    actives = Counter(o.active for o in cm.owners.values())
+    assert spread(actives, urls) <= 1
+    for p in range(3):
+        owners = cm.owners[("users", p)]
+        assert {owners.active, *owners.standbys} == set(urls)
+    for p in range(6):
+        assert len(cm.owners[("orders", p)].standbys) == 1

@@ -37,6 +37,7 @@ class FakeRestorer:
     refetches: int = 0
     storage_faults: int = 0
     rebuilds: int = 0
+    windows_expired: int = 0
 
     def statuses(self) -> Mapping[TopicPartition, PartitionStatus]:
         return dict(self.by_tp)
@@ -78,7 +79,12 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
 @pytest.fixture
 def node() -> FakeNode:
     restorer = FakeRestorer(
-        records_applied=1_234, skipped_records=2, refetches=1, storage_faults=3, rebuilds=2
+        records_applied=1_234,
+        skipped_records=2,
+        refetches=1,
+        storage_faults=3,
+        rebuilds=2,
+        windows_expired=5,
     )
     restorer.put(
         status(USERS, 0, ReplicaState.ACTIVE, 500, 500),
@@ -139,6 +145,7 @@ def test_restore_progress_and_counters(node: FakeNode) -> None:
     assert value(r, "sparkiq_restore_refetches_total") == 1
     assert value(r, "sparkiq_storage_faults_total") == 3
     assert value(r, "sparkiq_store_rebuilds_total") == 2
+    assert value(r, "sparkiq_windows_expired_total") == 5
     # Without progress tracking the restore counts from where it is now.
     assert value(scrape(node), "sparkiq_restore_progress_ratio", table="users", partition="1") == 0
 

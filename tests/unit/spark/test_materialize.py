@@ -15,9 +15,9 @@ from sparkiq.core.errors import ConfigError
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.serde import window_wire_key
 from sparkiq.core.tables import Format, TableKind
-from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.admin import create_topic, topic_config
 from sparkiq.kafka.catalog import read_catalog
-from sparkiq.spark.materialize import define_table, materialize, parse_duration_ms
+from sparkiq.spark.materialize import define_table, materialize, parse_duration_ms, prepare_table
 from tests.support.spark import read_topic
 
 pytest_plugins = ["tests.support.spark"]
@@ -43,6 +43,31 @@ def test_table_definitions_name_their_changelog_topic_and_kind() -> None:
     assert windowed.key_format is Format.LONG
     with pytest.raises(ConfigError, match="unknown format"):
         define_table("x", value_format="yaml")
+    stores = define_table("stores", kind="global")
+    assert stores.is_global
+    assert stores.window_size_ms is None
+    kept = define_table("sales", window_size="1 minute", retention="2 hours")
+    assert (kept.kind, kept.retention_ms) == (TableKind.WINDOWED, 7_200_000)
+    with pytest.raises(ConfigError, match="unknown table kind 'cube'"):
+        define_table("x", kind="cube")
+    with pytest.raises(ConfigError, match="needs window_size"):
+        define_table("x", kind="windowed")
+
+
+def test_a_retention_table_s_changelog_deletes_by_age_after_its_windows(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    app = unique_name("keep")
+    sales = define_table("sales", window_size="1 minute", retention="2 minutes", app=app)
+    plain = define_table("plain", app=app)
+    prepare_table(bootstrap, sales, app=app)
+    prepare_table(bootstrap, plain, app=app)
+    config = topic_config(bootstrap, sales.topic)
+    assert config["cleanup.policy"] == "compact,delete"
+    # The retention, the window and a day: never shorter than the retention.
+    assert int(config["retention.ms"]) == 120_000 + 60_000 + 86_400_000
+    assert topic_config(bootstrap, plain.topic)["cleanup.policy"] == "compact"
+    assert read_catalog(bootstrap, app=app)["sales"].retention_ms == 120_000
 
 
 def _produce(bootstrap: str, topic: str, rows: list[dict[str, Any]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -10,6 +11,8 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import StoreKeyFn, store_key_fn
+
+log = logging.getLogger(__name__)
 
 
 class ReplicaState(StrEnum):
@@ -124,6 +127,25 @@ class Replica:
         self.state = self._fresh_state()
         if rebuilt:
             self.rebuilds += 1
+
+    def note_misplaced(self, example: bytes | None) -> None:
+        """Warn (once per replica) that its changelog holds records of other partitions."""
+        if self.misplaced_logged:
+            return
+        self.misplaced_logged = True
+        table = self.table
+        log.warning(
+            "table %r: changelog %s[%d] holds records whose keys the table's partitioner "
+            "(%s) puts in other partitions, e.g. key %r; they are kept and found by asking "
+            "every partition when a key is missing from its own (slower). Register the table "
+            "with the producer's partitioner (sparkiq table create --partitioner auto) to "
+            "avoid that",
+            table.name,
+            self.tp[0],
+            self.tp[1],
+            table.partitioner.value,
+            example,
+        )
 
     def advance(self, position: int) -> None:
         """The store now holds the changelog up to *position* (exclusive)."""

@@ -11,7 +11,9 @@ the wanted set on its next turn:
 - a partition that changes role (active <-> standby) keeps its store and position;
 - a replica whose store's files fail it turns FAILED at once, so no read uses it, and is
   rebuilt from the changelog, or reopened once a full disk has space
-  (`sparkiq.node.restore.healing`).
+  (`sparkiq.node.restore.healing`);
+- the stores of windowed tables with a retention are swept of expired windows between two
+  batches (`sparkiq.node.restore.expiry`).
 
 Records the consumer returns for a partition that is unassigned at that moment are not
 written; if the partition comes back before the consumer lets go of it, it is fetched again
@@ -45,6 +47,7 @@ from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import StoreKeyFn, split_batch
 from sparkiq.node.restore.ends import EndProbe, disk_lags
+from sparkiq.node.restore.expiry import WindowExpiry
 from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
@@ -58,21 +61,6 @@ _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
 _FAILED = ReplicaState.FAILED
-
-
-def _log_misplaced(replica: Replica, example: bytes | None) -> None:
-    table = replica.table
-    log.warning(
-        "table %r: changelog %s[%d] holds records whose keys the table's partitioner "
-        "(%s) puts in other partitions, e.g. key %r; they are kept and found by asking every "
-        "partition when a key is missing from its own (slower). Register the table with the "
-        "producer's partitioner (sparkiq table create --partitioner auto) to avoid that",
-        table.name,
-        replica.tp[0],
-        replica.tp[1],
-        table.partitioner.value,
-        example,
-    )
 
 
 class Restorer(Healing):
@@ -112,6 +100,7 @@ class Restorer(Healing):
         self.refetches = 0  # partitions fetched again from their checkpoint, since start
         self.storage_faults = 0  # replicas whose store's files failed them, since start
         self.rebuilds = 0  # stores rebuilt from the changelog after a fault, since start
+        self.expiry = WindowExpiry()  # removes expired windows (`expiry.removed` of them)
         self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
         registry.on_fault = self._on_fault
 
@@ -205,6 +194,10 @@ class Restorer(Healing):
             value = None if store_key is None else replica.store.get(store_key)
             return value, replica.position
 
+    @property
+    def windows_expired(self) -> int:
+        return self.expiry.removed
+
     def lags(self) -> dict[TopicPartition, int]:
         """Lag of every assigned partition and of every store left on disk."""
         out = dict(self._disk_lags)
@@ -234,6 +227,9 @@ class Restorer(Healing):
                         if messages:
                             self._apply(fetching, messages)
                     poll_s = _FLUSH_POLL_S if self._finish_restores() else _POLL_TIMEOUT_S
+                    with self._lock:
+                        replicas = [r for r in self._replicas.values() if r.state is not _FAILED]
+                    self.expiry.step(replicas)
                     now = time.monotonic()
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
@@ -397,9 +393,8 @@ class Restorer(Healing):
                         replica.advance(last + 1)
                         if feed is not None and feed.watched(tp):
                             watched[tp] = (replica.key_fn, before, last)
-                        if run.misplaced and not replica.misplaced_logged:
-                            replica.misplaced_logged = True
-                            _log_misplaced(replica, run.example)
+                        if run.misplaced:
+                            replica.note_misplaced(run.example)
                     if eof is not None and eof > replica.position:
                         # Offsets past the last record (compaction, transaction markers): the
                         # checkpoint moves with them, so the gap is not fetched again.
