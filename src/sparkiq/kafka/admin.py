@@ -9,7 +9,8 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from sparkiq.core.errors import KafkaError, TopicNotFoundError
