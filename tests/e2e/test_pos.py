@@ -26,7 +26,13 @@ import pytest
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
-from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
+from sparkiq.dev.pos.generator import (
+    Invoice,
+    InvoiceGenerator,
+    produce_invoices,
+    produce_one,
+    store_directory,
+)
 from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.runner import SCRATCH_DIR
@@ -149,6 +155,10 @@ async def table_mismatches(urls: list[str], oracle: PosOracle, limit: int = 5) -
             for customer, invoice in oracle.latest_invoice.items():
                 path = f"/v1/tables/latest-invoice/keys/{quote(customer)}"
                 jobs.append(check(url, path, dict(invoice), lambda b: b["value"]))
+            for row in store_directory():  # the global table, written once at the start
+                path = f"/v1/tables/stores/keys/{quote(row['StoreID'])}"
+                want = {k: v for k, v in row.items() if k != "StoreID"}
+                jobs.append(check(url, path, want, lambda b: b["value"]))
             stores = sorted({store for store, _ in oracle.store_sales})
             for store in stores:
                 want = {

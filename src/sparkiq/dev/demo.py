@@ -246,6 +246,7 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
         f"{urls[0]}/v1/tables/rewards/keys/{prime}",
         f"{urls[-1]}/v1/tables/latest-invoice/keys/{customer}",
         f"{urls[1 % len(urls)]}/v1/tables/store-sales/keys/{quote(store)}/windows",
+        f"{urls[-1]}/v1/tables/stores/keys/{quote(store)}",  # global: every node answers itself
         f"{urls[0]}/v1/tables/rewards/keys/{prime}/owner",
         f"{urls[0]}/v1/tables/rewards/range?limit=5",
         f"{urls[0]}/v1/tables",
@@ -264,7 +265,7 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
     click.echo(f"    .venv/bin/sparkiq cluster --url {urls[0]}")
     click.echo(f"    topics: pos, shipments, loyalty, hadoop-sink, pos-dead-letter on {bootstrap}")
     click.echo("\nfor example:")
-    for ex in examples[:3]:
+    for ex in examples[:4]:
         body = httpx.get(ex, timeout=10).text
         if len(body) > 300:
             body = body[:300] + "..."

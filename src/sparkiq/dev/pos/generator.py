@@ -44,6 +44,27 @@ _ITEMS = [
 ]
 
 
+DEFAULT_STORES = 8
+
+
+def store_ids(count: int = DEFAULT_STORES) -> list[str]:
+    """The ids of the first *count* stores (the generator's `stores`)."""
+    return [f"STR{1000 + i * 37}" for i in range(count)]
+
+
+def store_directory(count: int = DEFAULT_STORES) -> list[dict[str, str]]:
+    """Reference data of the first *count* stores: id, name, city and state (the `stores`
+    global table of the pipeline)."""
+    out = []
+    for i, store in enumerate(store_ids(count)):
+        city, state, _ = _CITIES[i % len(_CITIES)]
+        branch = "" if i < len(_CITIES) else f" {i // len(_CITIES) + 1}"
+        out.append(
+            {"StoreID": store, "Name": f"{city} Central{branch}", "City": city, "State": state}
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Customer:
     card_no: str
@@ -54,10 +75,12 @@ class Customer:
 class InvoiceGenerator:
     """Seeded invoices over a fixed set of stores, POS terminals and customers."""
 
-    def __init__(self, seed: int = 1, *, stores: int = 8, customers: int = 200) -> None:
+    def __init__(
+        self, seed: int = 1, *, stores: int = DEFAULT_STORES, customers: int = 200
+    ) -> None:
         self._rng = random.Random(seed)
         self._next_number = 0
-        self.stores = [f"STR{1000 + i * 37}" for i in range(stores)]
+        self.stores = store_ids(stores)
         self.customers = [
             Customer(
                 card_no=f"{self._rng.randrange(10**15, 10**16)}",

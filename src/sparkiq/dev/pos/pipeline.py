@@ -18,7 +18,10 @@ Invoices (JSON, keyed by store id) arrive on ``pos``. Each query parses each inv
   updates the table ``rewards`` (customer -> total points). The table ``latest-invoice``
   gets customer -> the invoice with the greatest (CreatedTime, InvoiceNumber), as received.
 - table ``store-sales``, windowed: store -> sales per 1-minute window of CreatedTime
-  (exact decimal sum and invoice count).
+  (exact decimal sum and invoice count), each window kept an hour after the store's newest.
+
+Before them, the global table ``stores`` (store id -> name, city, state: reference data
+every node holds whole) is written once from `store_directory`.
 
 One state for both customer tables instead of a query each: every query reads and parses
 the whole input and has a fixed cost per micro-batch, which on a small machine is most of
@@ -36,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
 from sparkiq.spark.materialize import changelog_columns, define_table
 
 if TYPE_CHECKING:
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 
 POINTS_PER = 50  # one loyalty point per 50 of invoice total, rounded down
 WINDOW = "1 minute"
+RETENTION = "1 hour"  # store-sales windows are kept this long after the newest one ends
 DEFAULT_TOPICS = {
     "source": "pos",
     "shipments": "shipments",
@@ -313,6 +318,19 @@ def pipeline(ctx: PipelineContext) -> None:
         topics["dead_letter"],
         partitions=int(ctx.params.get("topic_partitions", "3")),
     )
+    # 0. Reference data: the global table `stores`, written once.
+    ctx.materialize(
+        ctx.spark.createDataFrame(
+            store_directory(int(ctx.params.get("stores", str(DEFAULT_STORES)))),
+            "StoreID string, Name string, City string, State string",
+        ),
+        table="stores",
+        key="StoreID",
+        value=F.struct("Name", "City", "State"),
+        kind="global",
+        partitions=partitions,
+        description="store -> name, city and state (global: every node holds it whole)",
+    )
     raw = ctx.read(topics["source"])
     parsed = parse_invoices(raw)
 
@@ -374,7 +392,8 @@ def pipeline(ctx: PipelineContext) -> None:
         key="StoreID",
         window="window",
         window_size=WINDOW,
+        retention=RETENTION,
         value=F.struct("Sales", "Invoices"),
         partitions=partitions,
-        description="store -> sales and invoice count per 1-minute window",
+        description="store -> sales and invoice count per 1-minute window, kept an hour",
     )
