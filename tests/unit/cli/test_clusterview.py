@@ -64,3 +64,30 @@ def test_faults_and_rebuilds_are_shown() -> None:
     assert f"REBUILT: {url} items[1]: 2 time(s) from the changelog" in text
     row = next(line for line in text.splitlines() if " items " in line and "   0  " in line)
     assert "failed" in row  # the replica's row says its state
+
+
+def test_a_global_table_s_replicas_show_the_role_global() -> None:
+    url = "http://node-a:8100"
+    replica = {"position": 3, "end": 3, "lag": 0, "fault": None, "rebuilds": 0}
+    meta = {
+        "generation": 1,
+        "nodes": [{"url": url, "active": [["items", 0]], "standby": [["stores", 0]]}],
+        "tables": [
+            {"name": "items", "kind": "kv", "partitioner": "murmur2", "misplaced_records": 0},
+            {"name": "stores", "kind": "global", "partitioner": "murmur2", "misplaced_records": 0},
+        ],
+        "refused": [],
+        "local": [
+            {"table": "items", "partition": 0, "state": "active", **replica},
+            {"table": "stores", "partition": 0, "state": "active", **replica},
+        ],
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=orjson.dumps(meta))
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        text = render_cluster([url], http=http)
+    assert "table stores: partitioner murmur2, 0 misplaced records  (global: every node" in text
+    rows = {line.split()[1]: line.split()[3] for line in text.splitlines() if line.startswith(url)}
+    assert rows == {"items": "active", "stores": "global"}
