@@ -199,10 +199,9 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "One page of the windows whose start lies in [`from`, `to`] (both inclusive) of "
             "the keys in [`key_from`, `key_to`] or starting with `prefix` (none: every key), "
             "across all partitions, in key order and then window start (`order=desc`: the "
-            "last key first, each key's newest window first). Keys are ordered by their "
-            "stored form as in `range`; a key's windows are stored after its bytes, so a key "
-            "that begins a longer one (`S1`, `S10`) comes after it when the next byte of the "
-            "longer key is ASCII. A page examines a bounded number of windows per partition: "
+            "last key first, each key's newest window first); keys are ordered by their "
+            "stored form as in `range`. A page examines a bounded number of windows per "
+            "partition: "
             "one may hold fewer than `limit` items and still have a `next_cursor`; page on "
             "until it is null. 400 with code `not_windowed` on a table that is not windowed.",
             models.WindowRangeAnswer, "One page.", _ON_TABLE,

@@ -3,26 +3,21 @@
 `GET /v1/tables/{table}/range` pages through the table's entries in key order (each window
 one entry on a windowed table); `GET /v1/tables/{table}/windows` through the windows of a
 windowed table whose start lies in [`from`, `to`] (epoch ms, ISO-8601 or relative to now:
-`sparkiq.core.timespec`), of the keys in [`key_from`, `key_to`] or with a `prefix`, in
-(key, window start) order. Both take `order=desc` (keys and windows from the last down),
-`limit` and `cursor`.
+`sparkiq.core.timespec`), of the keys in [`key_from`, `key_to`] or with a `prefix`. Both take
+`order=desc` (from the last key down; a key's windows newest first), `limit` and `cursor`.
+Keys are in the order of their stored form (numeric for long and int keys, the bytes
+otherwise); windows in (key, window start) order, which a windowed store does not quite keep
+for keys that begin other keys: `windowwalk` reads them so.
 
 Both read through the one read loop (`readloop`): this node's replicas directly, each
 other node with ONE request for its partitions (the internal `partitions=` parameter, only
 accepted from another node), standbys standing in for an active that cannot answer. Each
-partition's rows are read with `scanning.scan_partition` and merged by store key
+partition's rows are read within a budget (`scanning`, `windowwalk`) and merged in order
 (`scanning.PageMerge`); another node returns each item's `store_key` and, as its
 `next_cursor`, how far its partitions were read, so the merge does not depend on how keys
 render. Relative times are turned into epoch ms once, by the node a client asked, so every
 partition of a page is read with the same bounds. Answers carry `offsets` (partition -> the
 changelog offset its replica had reached), `token` and `standby`, merged from every read.
-
-Order is the stores' order: by the key's stored form (numeric for long and int keys, the
-bytes otherwise), then window start. A windowed store key is the key's bytes followed by the
-8-byte start, so a key whose bytes begin another key's (`S1`, `S10`) has its windows after
-the longer key's when the byte after the shorter key sorts below the start's first byte
-(ASCII text does, for starts after 1970): keys of one length, and long and int keys, come
-in plain (key, window start) order.
 """
 
 from __future__ import annotations
@@ -32,11 +27,12 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.queries import Failure, FailureReason, Order
 from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.timespec import LONG_MAX, LONG_MIN, now_ms
 from sparkiq.core.topology import TopicPartition
+from sparkiq.http import scanning
 from sparkiq.http.fanout import partition_list
 from sparkiq.http.gather import Sources, assembled_outcome
 from sparkiq.http.locate import Call, LocalReplica
@@ -57,6 +53,8 @@ from sparkiq.http.readloop import read_partitions
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
 from sparkiq.http.scanning import PageMerge, Scan, scan_partition
 from sparkiq.http.settings import FALLBACK_PARAM
+from sparkiq.http.view import ReadableStore
+from sparkiq.http.windowwalk import KeySpan, walk_windows, window_order
 
 _PAGED = ("limit", "cursor", "order", "max_lag", "partitions", FALLBACK_PARAM)
 RANGE_PARAMS = frozenset(("from", "to", "prefix", *_PAGED, AFTER_PARAM, AFTER_SOURCE_PARAM))
@@ -68,18 +66,26 @@ WINDOW_RANGE_PARAMS = frozenset(
 _ALL_WINDOWS = b"\xff" * 8
 
 Item = dict[str, object]
+Scanned = tuple[list[tuple[bytes, bytes]], bytes | None]  # a partition's rows, where it stopped
 
 
 async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call) -> Answer:
-    """One page of `GET /v1/tables/{table}/range`."""
+    """One page of `GET /v1/tables/{table}/range` (on a windowed table: of its windows)."""
+    order = order_param(params)
+    if isinstance(order, Failure):
+        return _fail(order)
+    if table.is_windowed:
+        return await _windows_page(api, table, params, call, "range", order, (LONG_MIN, LONG_MAX))
     bounds = range_bounds(api, table, params)
     if isinstance(bounds, Failure):
         return _fail(bounds)
     lo, hi, prefix, after = bounds
-    order = order_param(params)
-    if isinstance(order, Failure):
-        return _fail(order)
-    return await _page(api, table, params, call, "range", Scan(lo, hi, prefix, after, order))
+    scan = Scan(lo, hi, prefix, after, order)
+
+    def read(store: ReadableStore, fetch: int) -> Scanned:
+        return scan_partition(store, scan, fetch)
+
+    return await _page(api, table, params, call, "range", read, PageMerge(order))
 
 
 async def window_range(api: ApiParts, table: TableDef, params: Params, call: Call) -> Answer:
@@ -94,18 +100,39 @@ async def window_range(api: ApiParts, table: TableDef, params: Params, call: Cal
     starts = time_bounds(params, now_ms())
     if isinstance(starts, Failure):
         return _fail(starts)
-    bounds = range_bounds(api, table, params, ("key_from", "key_to", "prefix"))
-    if isinstance(bounds, Failure):
-        return _fail(bounds)
     order = order_param(params)
     if isinstance(order, Failure):
         return _fail(order)
-    keep = None if starts == (LONG_MIN, LONG_MAX) else _starting_in(*starts)
-    scan = Scan(*bounds, order, keep)
     # Every partition, here or on another node, reads the same bounds: relative times are
     # sent on as the epoch ms they were here.
     forwarded = dict(params, **{"from": str(starts[0]), "to": str(starts[1])})
-    return await _page(api, table, forwarded, call, "windows", scan)
+    return await _windows_page(api, table, forwarded, call, "windows", order, starts)
+
+
+async def _windows_page(
+    api: ApiParts,
+    table: TableDef,
+    params: Params,
+    call: Call,
+    endpoint: str,
+    order: Order,
+    starts: tuple[int, int],
+) -> Answer:
+    """A page of the windows starting in `starts` (ms) of the keys the parameters name, in
+    (key, window start) order (`windowwalk`)."""
+    names = ("key_from", "key_to", "prefix") if endpoint == "windows" else ("from", "to", "prefix")
+    bounds = key_bounds(api, table, params, names)
+    if isinstance(bounds, Failure):
+        return _fail(bounds)
+    lo, hi, prefix, cursor = bounds
+    first, last = (window_store_key(b"", ms) for ms in starts)
+    span = KeySpan(lo, hi, prefix, first, last)
+
+    def read(store: ReadableStore, fetch: int) -> Scanned:
+        return walk_windows(store, span, order, cursor, fetch, scanning.SCAN_BUDGET_ROWS)
+
+    merge: PageMerge[Item] = PageMerge(order, window_order)
+    return await _page(api, table, params, call, endpoint, read, merge)
 
 
 def time_bounds(params: Params, now: int) -> tuple[int, int] | Failure:
@@ -121,21 +148,17 @@ def time_bounds(params: Params, now: int) -> tuple[int, int] | Failure:
     return lo, hi
 
 
-def _starting_in(lo: int, hi: int) -> Callable[[bytes], bool]:
-    """Whether a windowed store key's window starts in [lo, hi] (its last 8 bytes compared
-    as stored, so nothing is decoded)."""
-    first = window_store_key(b"", lo)
-    last = window_store_key(b"", hi)
-
-    def keep(store_key: bytes) -> bool:
-        return first <= store_key[-8:] <= last
-
-    return keep
-
-
 async def _page(
-    api: ApiParts, table: TableDef, params: Params, call: Call, endpoint: str, scan: Scan
+    api: ApiParts,
+    table: TableDef,
+    params: Params,
+    call: Call,
+    endpoint: str,
+    read: Callable[[ReadableStore, int], Scanned],
+    merge: PageMerge[Item],
 ) -> Answer:
+    """One page: each partition's rows (`read` from a store here, or asked of the node
+    that holds it at `endpoint`), merged by `merge`."""
     settings = api.settings
     internal = "partitions" in params
     if internal and call.hops == 0:
@@ -158,7 +181,7 @@ async def _page(
     else:
         parts = list(range(table.partitions))
     fetch = limit + 1  # one more than the page: tells whether there is a next page
-    reads = _PageReads(table, params, endpoint, scan, fetch)
+    reads = _PageReads(table, params, endpoint, read, merge, fetch)
     done = await read_partitions(api, call, [(table.topic, p) for p in parts], reads)
     if done is not None:
         return done
@@ -177,19 +200,25 @@ class _PageReads:
     (`readloop.Reads`); the rows with their store keys, for the merge."""
 
     def __init__(
-        self, table: TableDef, params: Params, endpoint: str, scan: Scan, fetch: int
+        self,
+        table: TableDef,
+        params: Params,
+        endpoint: str,
+        read: Callable[[ReadableStore, int], Scanned],
+        merge: PageMerge[Item],
+        fetch: int,
     ) -> None:
         self._table = table
         self._params = params
         self._endpoint = endpoint
-        self._scan = scan
+        self._read = read
         self._fetch = fetch
-        self.merge: PageMerge[Item] = PageMerge(scan.order)
+        self.merge = merge
         self.outcomes: set[Outcome] = set()
         self.sources = Sources()
 
     def local(self, tp: TopicPartition, replica: LocalReplica) -> None:
-        rows, reached = scan_partition(replica.store, self._scan, self._fetch)
+        rows, reached = self._read(replica.store, self._fetch)
         self.merge.add(render_rows(self._table, rows), reached)
         self.outcomes.add(Outcome.STANDBY if replica.is_standby else Outcome.LOCAL)
         self.sources.local(tp[1], replica)
@@ -226,13 +255,22 @@ class _PageReads:
 
 
 def range_bounds(
-    api: ApiParts,
-    table: TableDef,
-    params: Params,
-    names: tuple[str, str, str] = ("from", "to", "prefix"),
+    api: ApiParts, table: TableDef, params: Params
 ) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
-    """The lowest key, highest key and prefix parameters (`names`) and the cursor -> store
-    key bounds (lo, hi inclusive, prefix, after)."""
+    """from/to/prefix/cursor -> store key bounds (lo, hi inclusive, prefix, after): on a
+    windowed table `hi` takes in every window of the highest key."""
+    bounds = key_bounds(api, table, params, ("from", "to", "prefix"))
+    if isinstance(bounds, Failure) or not table.is_windowed:
+        return bounds
+    lo, hi, prefix, after = bounds
+    return lo, None if hi is None else hi + _ALL_WINDOWS, prefix, after
+
+
+def key_bounds(
+    api: ApiParts, table: TableDef, params: Params, names: tuple[str, str, str]
+) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
+    """The lowest key, highest key and prefix parameters (`names`) as keys' store forms, and
+    the cursor."""
     codec = codecs(table)[0]
     limit = api.settings.max_key_bytes
     out: list[bytes | None] = []
@@ -246,8 +284,6 @@ def range_bounds(
             return Failure(wire.reason, f"{name}: {wire.message}")
         out.append(codec.wire_to_store(wire))
     lo, hi, prefix = out
-    if table.is_windowed and hi is not None:
-        hi += _ALL_WINDOWS  # the highest key: include all of its windows
     after: bytes | None = None
     if "cursor" in params:
         cursor = decode_cursor(params["cursor"])

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sparkiq.core.queries import Order
 from sparkiq.http.view import ReadableStore
@@ -89,12 +88,18 @@ def scan_partition(
             return out, after
 
 
+def _as_bytes(store_key: bytes) -> bytes:
+    return store_key
+
+
 @dataclass(slots=True)
 class PageMerge(Generic[Row]):
     """The rows of several partitions' (or nodes') reads of one page, and how far each got;
     `page` merges them."""
 
     order: Order
+    # How store keys compare (default: as bytes; windows of many keys: `window_order`).
+    sort_key: Callable[[bytes], Any] | None = None
     rows: list[tuple[bytes, Row]] = field(default_factory=list)
     reached: list[bytes] = field(default_factory=list)
 
@@ -108,17 +113,19 @@ class PageMerge(Generic[Row]):
         """The first `limit` rows in order, and the store key to resume after (None: no
         more rows)."""
         descending = self.order is Order.DESC
+        order = self.sort_key or _as_bytes
         rows = self.rows
         bound: bytes | None = None
         if self.reached:
             # Past the nearest point a read stopped at, that read's partitions were not seen.
-            bound = max(self.reached) if descending else min(self.reached)
+            bound = (max if descending else min)(self.reached, key=order)
+            edge = order(bound)
             if descending:
-                rows = [row for row in rows if row[0] >= bound]
+                rows = [row for row in rows if order(row[0]) >= edge]
             else:
-                rows = [row for row in rows if row[0] <= bound]
+                rows = [row for row in rows if order(row[0]) <= edge]
         # Each key lives in one partition, so store keys never repeat across partitions.
-        rows.sort(key=itemgetter(0), reverse=descending)
+        rows.sort(key=lambda row: order(row[0]), reverse=descending)
         page = rows[:limit]
         if len(rows) > limit:
             return page, page[-1][0]

@@ -30,7 +30,7 @@ SETTINGS = HttpSettings(
     request_budget_s=2.0, default_range_limit=50, max_range_limit=50, max_windows=20
 )
 
-# (key, window start) -> value; keys of one length, so store order is (key, start) order.
+# (key, window start) -> value.
 Windows = dict[tuple[Any, int], Any]
 
 
@@ -41,6 +41,9 @@ def seeded() -> tuple[Windows, Windows, list[str]]:
         for start in rng.sample(range(-5, 30), rng.randrange(0, 12)):
             clicks[(f"u{k:03d}", start * MINUTE)] = {"n": rng.randrange(1000)}
     seqs: Windows = {(n, s * 10): n * s for n in (-7, -1, 0, 3, 2**40) for s in range(-3, 4)}
+    for key in ("u00", "u0010", "u01"):  # keys that begin others, or extend them
+        for start in (-2, 0, 7, 29):
+            clicks[(key, start * MINUTE)] = {"n": start, "key": key}
     for start in range(25):  # more than a page of `max_windows`
         clicks[("u100", start * MINUTE)] = {"n": start}
     users = [f"user-{i:03d}" for i in range(90)]
@@ -207,8 +210,14 @@ async def test_a_range_pages_in_either_order(clients: list[httpx.AsyncClient]) -
             {"from": "user-010", "to": "user-019", "order": "desc", "limit": "4"},
         )
         assert [item["key"] for item in got] == [f"user-{i:03d}" for i in range(19, 9, -1)]
-        got, _ = await pages(client, "/v1/tables/clicks/range", {"prefix": "u001", "order": "desc"})
-        assert got == oracle(CLICK_WINDOWS, prefix="u001", desc=True)
+        # A windowed table's range is in (key, window start) order too: u00 first (here
+        # last), u0010 right after u001, though the store holds them the other way round.
+        params = {"prefix": "u00", "order": "desc", "limit": "3"}
+        got, _ = await pages(client, "/v1/tables/clicks/range", params)
+        assert got == oracle(CLICK_WINDOWS, prefix="u00", desc=True)
+        keys = [w["key"] for w in got]
+        assert keys[-4:] == ["u00"] * 4
+        assert keys.index("u0010") < keys.index("u001")
 
 
 async def test_a_keys_windows_are_paged_in_either_order(
