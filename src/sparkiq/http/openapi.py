@@ -200,7 +200,8 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "the keys in [`key_from`, `key_to`] or starting with `prefix` (none: every key), "
             "across all partitions, in key order and then window start (`order=desc`: the "
             "last key first, each key's newest window first); keys are ordered by their "
-            "stored form as in `range`. A page examines a bounded number of windows per "
+            "stored form as in `range`. Starts are read within 2^55 ms (about 1.1 million "
+            "years) of 1970. A page examines a bounded number of windows per "
             "partition: "
             "one may hold fewer than `limit` items and still have a `next_cursor`; page on "
             "until it is null. 400 with code `not_windowed` on a table that is not windowed.",

@@ -64,6 +64,11 @@ WINDOW_RANGE_PARAMS = frozenset(
 
 # Window starts of a windowed table's store keys: the 8 bytes after the key.
 _ALL_WINDOWS = b"\xff" * 8
+# Windows of many keys are read from starts within this many ms of 1970 (about 1.1 million
+# years): stored, they then begin with byte 0x7f or 0x80, which no text key has after a
+# shorter key it begins, so telling whether a key has windows is a seek, not a scan of the
+# longer keys' (`windowwalk`).
+_FARTHEST = 2**55
 
 Item = dict[str, object]
 Scanned = tuple[list[tuple[bytes, bytes]], bytes | None]  # a partition's rows, where it stopped
@@ -125,7 +130,7 @@ async def _windows_page(
     if isinstance(bounds, Failure):
         return _fail(bounds)
     lo, hi, prefix, cursor = bounds
-    first, last = (window_store_key(b"", ms) for ms in starts)
+    first, last = (window_store_key(b"", min(max(ms, -_FARTHEST), _FARTHEST)) for ms in starts)
     span = KeySpan(lo, hi, prefix, first, last)
 
     def read(store: ReadableStore, fetch: int) -> Scanned:
