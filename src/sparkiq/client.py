@@ -3,12 +3,13 @@
 The client reads `GET /v1/metadata` from any node, computes a key's partition with the
 table's partitioner (as the nodes do: murmur2, crc32 or fnv1a, per table) and sends the
 request to that partition's active node: `get`, `windows`, `owner` and `watch` go to the
-key's owner, `multi_get` sends one request per owner, in parallel, and `range` and `changes`
-go to the node that holds most of the table's partitions. A table of partitioner `any` has
-no owner per key: its calls go to any node, which asks every partition. When
-the active cannot answer (refused, timed out, 502/503/504/508) it asks the partition's standbys
-next, with `max_lag` set to its lag bound (`max_lag` if given, else `standby_max_lag`), so
-a standby answers from its own replica; then any node, which forwards or stands in itself.
+key's owner, `multi_get` sends one request per owner, in parallel, and `range`,
+`window_range` and `changes` go to the node that holds most of the table's partitions (paged
+reads: `sparkiq.clientpages`). A table of partitioner `any` has no owner per key: its calls
+go to any node, which asks every partition. When the active cannot answer (refused, timed
+out, 502/503/504/508) it asks the partition's standbys next, with `max_lag` set to its lag
+bound (`max_lag` if given, else `standby_max_lag`), so a standby answers from its own
+replica; then any node, which forwards or stands in itself.
 It goes round that list, refreshing the map at most once a second, until its budget is
 spent; only then does a request fail. Errors are `ClientError`.
 
@@ -35,6 +36,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from sparkiq.clientpages import Time, key_text, page_query, paged
 from sparkiq.clientroutes import Routes, dedupe, parse_routes
 from sparkiq.clientstreams import follow
 from sparkiq.core.errors import ClientError, FormatError
@@ -47,14 +49,6 @@ from sparkiq.http.tls import client_context
 # 508: the nodes disagreed on a partition's owner while a rebalance spread; asked again (or
 # another node), the answer comes.
 _RETRYABLE = frozenset({429, 502, 503, 504, 508})
-
-
-def _key_text(key: object) -> str:
-    if isinstance(key, bytes):
-        return key.decode()
-    if isinstance(key, (dict, list)):
-        return orjson.dumps(key).decode()
-    return str(key)
 
 
 def credential_headers(token: str | None, api_key: str | None) -> dict[str, str]:
@@ -133,7 +127,7 @@ class Client:
 
     def get_entry(self, table: str, key: object) -> dict[str, Any] | None:
         """The whole answer for one key (value, partition, offset, node), or None if absent."""
-        text = _key_text(key)
+        text = key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}"
         return self._request_routed("GET", path, table, text, absent_ok=True)
 
@@ -153,7 +147,7 @@ class Client:
         groups: dict[str | None, list[int]] = defaultdict(list)
         fallbacks: dict[str | None, dict[str, None]] = defaultdict(dict)  # ordered sets
         for i, key in enumerate(wanted):
-            active, standbys = self._replicas(table, _key_text(key))
+            active, standbys = self._replicas(table, key_text(key))
             groups[active].append(i)
             fallbacks[active].update(dict.fromkeys(standbys))
 
@@ -185,46 +179,66 @@ class Client:
         to: object | None = None,
         prefix: str | None = None,
         page_size: int = 500,
+        order: str = "asc",
     ) -> Iterator[tuple[Any, Any]]:
-        """Every (key, value) in key order, following cursors page by page."""
-        params: dict[str, str] = {"limit": str(page_size)}
-        if from_ is not None:
-            params["from"] = _key_text(from_)
-        if to is not None:
-            params["to"] = _key_text(to)
+        """Every (key, value) in key order (`order="desc"`: from the last key down),
+        following cursors page by page."""
+        params = page_query(None, None, order, page_size, **{"from": from_, "to": to})
         if prefix is not None:
             params["prefix"] = prefix
         path = f"/v1/tables/{quote(table, safe='')}/range"
         plan = partial(self._owner_plan, self._holder_of_most(table), ())
-        while True:
-            page = self._send("GET", path, plan, params=params, table=table)
-            assert page is not None
-            for item in page["items"]:
-                yield item["key"], item["value"]
-            cursor = page.get("next_cursor")
-            if not cursor:
-                return
-            params["cursor"] = cursor
+        for item in paged(lambda q: self._send("GET", path, plan, params=q, table=table), params):
+            yield item["key"], item["value"]
 
     def windows(
-        self, table: str, key: object, *, from_ms: int = 0, to_ms: int | None = None
+        self,
+        table: str,
+        key: object,
+        *,
+        from_: Time | None = None,
+        to: Time | None = None,
+        order: str = "asc",
+        page_size: int | None = None,
     ) -> list[dict[str, Any]]:
-        text = _key_text(key)
-        params = {"from": str(from_ms)}
-        if to_ms is not None:
-            params["to"] = str(to_ms)
+        """The key's windows {"start", "end", "value"} that start in [`from_`, `to`] (epoch
+        ms, datetimes, ISO-8601 or relative text such as "-15m"), in start order
+        (`order="desc"`: the newest first), every page of them."""
+        text = key_text(key)
+        params = page_query(from_, to, order, page_size)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/windows"
-        answer = self._request_routed("GET", path, table, text, params=params)
-        assert answer is not None
-        items: list[dict[str, Any]] = answer["items"]
-        return items
+        return list(
+            paged(lambda q: self._request_routed("GET", path, table, text, params=q), params)
+        )
+
+    def window_range(
+        self,
+        table: str,
+        *,
+        from_: Time | None = None,
+        to: Time | None = None,
+        key_from: object | None = None,
+        key_to: object | None = None,
+        prefix: str | None = None,
+        order: str = "asc",
+        page_size: int = 500,
+    ) -> Iterator[dict[str, Any]]:
+        """The windows {"key", "start", "end", "value"} that start in [`from_`, `to`] of the
+        keys in [`key_from`, `key_to`] (or with `prefix`), in key order, then start
+        (`order="desc"`: reversed), following cursors page by page."""
+        params = page_query(
+            from_, to, order, page_size, key_from=key_from, key_to=key_to, prefix=prefix
+        )
+        path = f"/v1/tables/{quote(table, safe='')}/windows"
+        plan = partial(self._owner_plan, self._holder_of_most(table), ())
+        return paged(lambda q: self._send("GET", path, plan, params=q, table=table), params)
 
     def watch(self, table: str, key: object, *, idle_s: float = 60.0) -> Iterator[dict[str, Any]]:
         """The key's answer now (as `get_entry`, `value` None when absent), then one per
         change, for as long as the caller iterates. A stream that ends or breaks (its node
         gone, nothing heard for `idle_s`) is resumed with `Last-Event-ID` on the key's
         active, else any node, so no change is missed and none comes twice."""
-        text = _key_text(key)
+        text = key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/watch"
         # The active first; any node relays from a standby.
         return self._follow(
@@ -244,7 +258,7 @@ class Client:
         like `get_entry`'s (`value` None for a delete; `start`/`end` on a windowed table),
         for as long as the caller iterates; resumed as `watch` is."""
         bounds = (("prefix", prefix), ("from", from_), ("to", to))
-        params = {name: _key_text(v) for name, v in bounds if v is not None}
+        params = {name: key_text(v) for name, v in bounds if v is not None}
         path = f"/v1/tables/{quote(table, safe='')}/changes"
         return self._follow(
             lambda: self._owner_plan(self._holder_of_most(table), ()), path, params, idle_s
@@ -262,7 +276,7 @@ class Client:
         return follow(self._http, plan, path, params, timeout, _RETRYABLE, _error_of, refresh)
 
     def owner(self, table: str, key: object) -> dict[str, Any]:
-        text = _key_text(key)
+        text = key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/owner"
         answer = self._request_routed("GET", path, table, text, reads=False)
         assert answer is not None

@@ -230,6 +230,47 @@ async def test_range_goes_to_the_node_holding_most_partitions(stack: AsyncExitSt
     assert servers[2].api.metrics.count("range", Outcome.FORWARDED) == 0
 
 
+async def test_window_range_and_desc_orders_page_through_the_node_holding_most(
+    stack: AsyncExitStack,
+) -> None:
+    views, servers = await three_nodes(stack)
+    later = [(key, 120_000) for key in KEYS[:5]]  # a second window of a few keys
+    owner_index = {0: 0, 1: 0, 2: 2, 3: 0, 4: 1, 5: 2}  # as three_nodes places them
+    for key, start in later:
+        view = views[owner_index[VISITS.partition_of(key.encode()) or 0]]
+        put_value(view, VISITS, key, {"later": key}, window_start=start)
+    windows = sorted([(key, 0) for key in KEYS] + later)
+    with Client(views[2].url) as client:
+
+        def read(**kwargs: Any) -> list[tuple[str, int]]:
+            got = client.window_range("visits", page_size=4, **kwargs)
+            return [(w["key"], w["start"]) for w in got]
+
+        assert await asyncio.to_thread(read) == windows
+        assert await asyncio.to_thread(read, order="desc") == windows[::-1]
+        assert await asyncio.to_thread(read, from_=60_000) == later
+        # 1970 is long before an hour ago; ISO text and datetimes read as times too.
+        assert await asyncio.to_thread(read, from_="-1h") == []
+        assert await asyncio.to_thread(read, to="1970-01-01T00:01:00Z") == sorted(
+            (key, 0) for key in KEYS
+        )
+        assert await asyncio.to_thread(read, key_from=KEYS[3], key_to=KEYS[3], to=0) == [
+            (KEYS[3], 0)
+        ]
+        newest = await asyncio.to_thread(
+            client.windows, "visits", KEYS[1], order="desc", page_size=1
+        )
+        assert [w["start"] for w in newest] == [120_000, 0]
+        got = await asyncio.to_thread(
+            lambda: list(client.range("customers", page_size=7, order="desc"))
+        )
+        assert [k for k, _ in got] == sorted(KEYS, reverse=True)
+        with pytest.raises(ClientError, match="order"):
+            await asyncio.to_thread(read, order="newest")
+    assert servers[0].api.metrics.count("window_range") >= 1  # node 0 holds 3 of 6
+    assert servers[2].api.metrics.count("window_range", Outcome.FORWARDED) == 0
+
+
 async def test_a_table_of_unknown_placement_is_asked_of_any_node(stack: AsyncExitStack) -> None:
     views, _ = await three_nodes(stack)
     with Client(views[1].url) as client:

@@ -1,10 +1,12 @@
-"""The `sparkiq` command line: demo, run, serve, table, get, cluster, broker.
+"""The `sparkiq` command line: demo, run, serve, table, get, range, windows, watch, changes,
+cluster, broker.
 
 Every option that names a place (bootstrap servers, app id, node URL) also reads an
 environment variable, shown in `--help`. The options of `serve` (and `--bootstrap-servers`,
 `--app` and `--kafka-config` everywhere) are made from the fields of `NodeSettings`
 (`sparkiq.cli.options`): name, variable, type, bounds, default and help are the field's.
-The options the commands share are in `sparkiq.cli.common`; `table` is in `sparkiq.cli.table`.
+The options the commands share are in `sparkiq.cli.common`; `table` is in `sparkiq.cli.table`,
+`range` and `windows` in `sparkiq.cli.reads`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sparkiq.cli.common import (
     wait_for_signal,
 )
 from sparkiq.cli.options import settings_options
+from sparkiq.cli.reads import range_command, windows
 from sparkiq.cli.table import table
 from sparkiq.node.settings import NodeSettings
 
@@ -44,6 +47,8 @@ def main() -> None:
 
 
 main.add_command(table)
+main.add_command(range_command)
+main.add_command(windows)
 
 
 @main.command()

@@ -69,6 +69,13 @@ class WindowQuery:
     max_lag: int | None = None
 
 
+class Order(StrEnum):
+    """The order of a scan: ascending keys (and window starts), or descending (newest first)."""
+
+    ASC = "asc"
+    DESC = "desc"
+
+
 class ReplicaRole(StrEnum):
     ACTIVE = "active"
     STANDBY = "standby"

@@ -247,6 +247,7 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
         f"{urls[-1]}/v1/tables/latest-invoice/keys/{customer}",
         f"{urls[1 % len(urls)]}/v1/tables/store-sales/keys/{quote(store)}/windows",
         f"{urls[-1]}/v1/tables/stores/keys/{quote(store)}",  # global: every node answers itself
+        f"{urls[0]}/v1/tables/store-sales/windows?from=-15m&order=desc&limit=5",
         f"{urls[0]}/v1/tables/rewards/keys/{prime}/owner",
         f"{urls[0]}/v1/tables/rewards/range?limit=5",
         f"{urls[0]}/v1/tables",

@@ -4,7 +4,8 @@
 still percent-encoded path) and returns a `Response`; the loop server (`loopserver`) and the
 ASGI adapter only move bytes. This module parses and dispatches, and answers the
 single-partition endpoints (key, windows, owner) and the node's own ones (tables, metadata,
-health, metrics); `fanout` answers the endpoints that span partitions (multi-get, range). The
+health, metrics); `fanout` and `ranges` answer the endpoints that span partitions (multi-get;
+range and windows of many keys). The
 server and the adapter try `keypath` (the hot path for single-key GETs, `HttpApi.keys`) before
 `handle`; both read keys with `keypath.read_key` and go through the read loop
 (`readloop.read_one`) for whatever is not local.
@@ -22,7 +23,7 @@ from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.http import aftersource, fanout, readloop, windows
+from sparkiq.http import aftersource, fanout, ranges, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.guard import Gate, forbidden
@@ -109,13 +110,18 @@ class HttpApi:
         lag = ("max_lag", FALLBACK_PARAM, AFTER_PARAM, AFTER_SOURCE_PARAM)
         self._key_endpoint = _Endpoint("key", "GET", frozenset((*lag, "partitions")), self._get_key)
         self._table_endpoints = {
-            "range": _Endpoint("range", "GET", fanout.RANGE_PARAMS, self._range),
+            "range": _Endpoint("range", "GET", ranges.RANGE_PARAMS, self._range),
+            "windows": _Endpoint(
+                "window_range", "GET", ranges.WINDOW_RANGE_PARAMS, self._window_range
+            ),
             "multi-get": _Endpoint(
                 "multi_get", "POST", frozenset((*lag, "partitions")), self._multi_get
             ),
         }
         self._key_endpoints = {
-            "windows": _Endpoint("windows", "GET", frozenset(("from", "to", *lag)), self._windows),
+            "windows": _Endpoint(
+                "windows", "GET", frozenset((*windows.PARAMS, *lag)), self._windows
+            ),
             "owner": _Endpoint("owner", "GET", frozenset(), self._owner),
         }
         # The hot path for GET .../keys/{key}; the adapters try it before `handle`.
@@ -401,20 +407,20 @@ class HttpApi:
     async def _windows(
         self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
     ) -> Answer:
-        asked = windows.parse(table, key_text, params, self.settings.max_key_bytes)
-        if isinstance(asked, Failure):
-            return failed(asked)
-        wire, lo, hi = asked
+        settings = self.settings
+        query = windows.parse(table, key_text, params, settings.max_key_bytes, settings.max_windows)
+        if isinstance(query, Failure):
+            return failed(query)
         # All windows of a key live in the partition of the key alone.
-        partition = table.partition_of(wire)
+        partition = table.partition_of(query.wire)
         if partition is None:
             return failed(no_fixed_placement(table, "windows"))
-        cap, node = self.settings.max_windows, self.view.url
+        node = self.view.url
         return await readloop.read_one(
             self,
             (table.topic, partition),
             call,
-            lambda replica: windows.read(table, wire, lo, hi, partition, replica, cap, node),
+            lambda replica: windows.read(table, query, partition, replica, node),
         )
 
     # -- owner of one key --------------------------------------------------------------------
@@ -449,7 +455,12 @@ class HttpApi:
     async def _range(
         self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
     ) -> Answer:
-        return await fanout.range_scan(self, table, params, call)
+        return await ranges.range_scan(self, table, params, call)
+
+    async def _window_range(
+        self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
+    ) -> Answer:
+        return await ranges.window_range(self, table, params, call)
 
     # -- the node's own endpoints ------------------------------------------------------------
 

@@ -1,15 +1,13 @@
-"""The endpoints that span partitions: multi-get and range.
+"""Multi-get, and the lookups of keys outside their own partition.
 
-Both read through the one read loop (`readloop`): this node's replicas are read directly;
-each other node gets ONE request for its partitions, all in parallel; standbys stand in for
-an active that cannot answer, within the budget. Multi-get reads through `gather`; on a
-table of partitioner `any`, or whose changelog holds misplaced records, keys missing from
-their own partition are then looked for in every other one (`looks_everywhere`, `find_key`
-for single keys). Range pages merge every partition's items in store-key order; other nodes
-are asked with the internal `partitions=` parameter (only accepted from another node) and
-return each item's store key so the merge does not depend on how keys render. Both answers
-carry `offsets` (partition -> the changelog offset its replica had reached) and `standby`
-(whether any part came from a standby), merged from the nodes' answers.
+Multi-get reads through the one read loop (`readloop`, by way of `gather`): this node's
+replicas are read directly; each other node gets ONE request for its partitions, all in
+parallel; standbys stand in for an active that cannot answer, within the budget. On a table
+of partitioner `any`, or whose changelog holds misplaced records, keys missing from their
+own partition are then looked for in every other one (`looks_everywhere`, `find_key` for
+single keys). The answers carry `offsets` (partition -> the changelog offset its replica had
+reached) and `standby` (whether any part came from a standby), merged from the nodes'
+answers. Pages of ranges and windows are `sparkiq.http.ranges`'.
 """
 
 from __future__ import annotations
@@ -17,58 +15,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import orjson
 
 from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
-from sparkiq.core.serde import split_window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http.gather import (
     Gathered,
-    Sources,
-    assembled_outcome,
     decode_wire_keys,
     gather,
     probe_items,
 )
-from sparkiq.http.locate import Call, LocalReplica
+from sparkiq.http.locate import Call
 from sparkiq.http.params import (
-    AFTER_PARAM,
-    AFTER_SOURCE_PARAM,
     Params,
     codecs,
-    decode_cursor,
-    encode_cursor,
-    int_param,
     parse_key_json,
-    parse_key_text,
 )
 from sparkiq.http.parts import ApiParts
-from sparkiq.http.readloop import read_partitions
 from sparkiq.http.responses import Answer, Outcome, Response, failure_response
-from sparkiq.http.settings import FALLBACK_PARAM
-
-RANGE_PARAMS = frozenset(
-    (
-        "from",
-        "to",
-        "prefix",
-        "limit",
-        "cursor",
-        "max_lag",
-        "partitions",
-        FALLBACK_PARAM,
-        AFTER_PARAM,
-        AFTER_SOURCE_PARAM,
-    )
-)
-
-# Window starts of a windowed table's store keys: the 8 bytes after the key.
-_ALL_WINDOWS = b"\xff" * 8
-
 
 # -- multi-get ---------------------------------------------------------------------------------
 
@@ -244,136 +211,6 @@ def _fail_as(failure: Failure, outcome: Outcome) -> Answer:
     return failure_response(failure), outcome
 
 
-# -- range -------------------------------------------------------------------------------------
-
-
-async def range_scan(api: ApiParts, table: TableDef, params: Params, call: Call) -> Answer:
-    settings = api.settings
-    internal = "partitions" in params
-    if internal and call.hops == 0:
-        return _fail(
-            Failure(
-                FailureReason.BAD_REQUEST,
-                "partitions is internal to sparkiq nodes; ask for the whole table instead",
-            )
-        )
-    # An owner asked by another node returns one more than the asker's page size.
-    max_limit = settings.max_range_limit + (1 if internal else 0)
-    limit = int_param(params, "limit", settings.default_range_limit, 1, max_limit)
-    if isinstance(limit, Failure):
-        return _fail(limit)
-    assert limit is not None
-    bounds = range_bounds(api, table, params)
-    if isinstance(bounds, Failure):
-        return _fail(bounds)
-    lo, hi, prefix, after = bounds
-    if internal:
-        parts = partition_list(params["partitions"], table.partitions)
-        if isinstance(parts, Failure):
-            return _fail(parts)
-    else:
-        parts = list(range(table.partitions))
-
-    fetch = limit + 1  # one more than the page: tells whether there is a next page
-    reads = _RangeReads(table, params, lo, hi, prefix, after, fetch)
-    done = await read_partitions(api, call, [(table.topic, p) for p in parts], reads)
-    if done is not None:
-        return done
-    collected = reads.collected
-    # Each key lives in exactly one partition, so store keys never repeat across partitions.
-    collected.sort(key=lambda pair: pair[0])
-    page = collected[:limit]
-    next_cursor = encode_cursor(page[-1][0]) if len(collected) > limit else None
-    if internal:
-        items = [dict(item, store_key=encode_cursor(sk)) for sk, item in page]
-    else:
-        items = [item for _, item in page]
-    body = orjson.dumps({"items": items, "next_cursor": next_cursor, **reads.sources.fields()})
-    return Response(200, body), assembled_outcome(reads.outcomes)
-
-
-class _RangeReads:
-    """Each partition's first `fetch` rows of the range, read here or asked of a node
-    (`readloop.Reads`); the rows with their store keys, for the merge."""
-
-    def __init__(
-        self,
-        table: TableDef,
-        params: Params,
-        lo: bytes | None,
-        hi: bytes | None,
-        prefix: bytes | None,
-        after: bytes | None,
-        fetch: int,
-    ) -> None:
-        self._table = table
-        self._params = params
-        self._bounds = lo, hi, prefix, after
-        self._fetch = fetch
-        self.collected: list[tuple[bytes, dict[str, object]]] = []
-        self.outcomes: set[Outcome] = set()
-        self.sources = Sources()
-
-    def local(self, tp: TopicPartition, replica: LocalReplica) -> None:
-        lo, hi, prefix, after = self._bounds
-        rows = replica.store.scan(lo=lo, hi=hi, prefix=prefix, after=after, limit=self._fetch)
-        self.collected.extend(_render_rows(self._table, rows))
-        self.outcomes.add(Outcome.STANDBY if replica.is_standby else Outcome.LOCAL)
-        self.sources.local(tp[1], replica)
-
-    def request(self, tps: Sequence[TopicPartition]) -> tuple[str, str, bytes | None]:
-        """The page of `tps` asked with the internal `partitions=` parameter."""
-        query = {
-            k: v
-            for k, v in self._params.items()
-            if k not in ("limit", "partitions", FALLBACK_PARAM)
-        }
-        query["limit"] = str(self._fetch)
-        query["partitions"] = ",".join(str(p) for _, p in tps)
-        name = quote(self._table.name, safe="")
-        return "GET", f"/v1/tables/{name}/range?{urlencode(query)}", None
-
-    def take(self, url: str, tps: Sequence[TopicPartition], answer: Response) -> Answer | None:
-        if answer.status != 200:
-            return answer, Outcome.FORWARDED
-        doc = orjson.loads(answer.body)
-        for item in doc["items"]:
-            store_key = decode_cursor(item.pop("store_key"))
-            assert isinstance(store_key, bytes)
-            self.collected.append((store_key, item))
-        self.sources.remote(doc)
-        self.outcomes.add(Outcome.FORWARDED)
-        return None
-
-
-def range_bounds(
-    api: ApiParts, table: TableDef, params: Params
-) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
-    """from/to/prefix/cursor -> store-key bounds (lo, hi inclusive, prefix, after)."""
-    codec = codecs(table)[0]
-    limit = api.settings.max_key_bytes
-    out: list[bytes | None] = []
-    for name in ("from", "to", "prefix"):
-        text = params.get(name)
-        if text is None:
-            out.append(None)
-            continue
-        wire = parse_key_text(table, text, limit)
-        if isinstance(wire, Failure):
-            return Failure(wire.reason, f"{name}: {wire.message}")
-        out.append(codec.wire_to_store(wire))
-    lo, hi, prefix = out
-    if table.is_windowed and hi is not None:
-        hi += _ALL_WINDOWS  # `to` names a key: include all of its windows
-    after: bytes | None = None
-    if "cursor" in params:
-        cursor = decode_cursor(params["cursor"])
-        if isinstance(cursor, Failure):
-            return cursor
-        after = cursor
-    return lo, hi, prefix, after
-
-
 def partition_list(text: str, count: int) -> list[int] | Failure:
     try:
         parts = sorted({int(p) for p in text.split(",")})
@@ -382,30 +219,6 @@ def partition_list(text: str, count: int) -> list[int] | Failure:
     if not parts or parts[0] < 0 or parts[-1] >= count:
         return Failure(FailureReason.BAD_REQUEST, f"partitions must be in 0..{count - 1}")
     return parts
-
-
-def _render_rows(
-    table: TableDef, rows: list[tuple[bytes, bytes]]
-) -> list[tuple[bytes, dict[str, object]]]:
-    codec, value_codec = codecs(table)
-    render_value = value_codec.render
-    if not table.is_windowed:
-        return [
-            (sk, {"key": codec.render(codec.store_to_wire(sk)), "value": render_value(v)})
-            for sk, v in rows
-        ]
-    size = table.window_size_ms or 0
-    out: list[tuple[bytes, dict[str, object]]] = []
-    for sk, v in rows:
-        key_store, start = split_window_store_key(sk)
-        item: dict[str, object] = {
-            "key": codec.render(codec.store_to_wire(key_store)),
-            "start": start,
-            "end": start + size,
-            "value": render_value(v),
-        }
-        out.append((sk, item))
-    return out
 
 
 def _fail(failure: Failure) -> Answer:

@@ -144,12 +144,23 @@ class WindowItem(BaseModel):
     value: Value
 
 
+NextCursor = Annotated[
+    str | None,
+    Field(
+        description="Pass as `cursor` for the next page; null on the last. A page may hold "
+        "fewer items than asked and still have one."
+    ),
+]
+
+
 class WindowsAnswer(BaseModel):
-    """One key's windows in start order, and the replica that read them."""
+    """A page of one key's windows in start order (newest first with `order=desc`), and the
+    replica that read them."""
 
     table: str
     key: Key
     items: list[WindowItem]
+    next_cursor: NextCursor
     partition: Count
     offset: Offset
     token: Token
@@ -196,9 +207,27 @@ class RangeAnswer(BaseModel):
     """One page of a table's entries in key order, across all partitions."""
 
     items: list[RangeItem]
-    next_cursor: str | None = Field(
-        description="Pass as `cursor` for the next page; null on the last."
-    )
+    next_cursor: NextCursor
+    offsets: Offsets
+    token: Token
+    standby: Standby
+
+
+class WindowRangeItem(BaseModel):
+    """One window of one key."""
+
+    key: Key
+    start: int = Field(description="Window start, epoch ms.")
+    end: int = Field(description="Window end (start + size), epoch ms.")
+    value: Value
+
+
+class WindowRangeAnswer(BaseModel):
+    """One page of the windows of many keys, in (key, window start) order across all
+    partitions (reversed with `order=desc`)."""
+
+    items: list[WindowRangeItem]
+    next_cursor: NextCursor
     offsets: Offsets
     token: Token
     standby: Standby
@@ -282,6 +311,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     MultiGetRequest,
     MultiGetAnswer,
     RangeAnswer,
+    WindowRangeAnswer,
     Metadata,
 )
 

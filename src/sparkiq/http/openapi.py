@@ -5,8 +5,8 @@ that serves it (range page size, multi-get keys, windows, body and key size), th
 shape, and who may call what. The schemas of the answers are made from the models of
 `sparkiq.http.models`; the error codes, and which status each has, from
 `sparkiq.http.errorcodes.ErrorCode`. Here are the endpoints (`_operations`: parameters,
-answer model, error answers), the parameters and the error answers (`ERRORS`: which codes
-each carries), as tables.
+answer model, error answers) as a table; the parameters are `sparkiq.http.openapiparams`'s,
+the error answers (`ERRORS`: which codes each carries) `sparkiq.http.openapierrors`'.
 
 It describes the public contract only: the headers and parameters nodes send each other when
 they forward (`x-sparkiq-hops`, `x-sparkiq-budget-ms`, the cluster signature, `fallback_lag`,
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import orjson
 from pydantic import BaseModel
@@ -39,36 +38,21 @@ from sparkiq.http.openapierrors import (
     ref,
     request_id_echo,
 )
+from sparkiq.http.openapiparams import JsonObject, parameters
 from sparkiq.http.responses import Response
 from sparkiq.http.settings import HttpSettings
 
 OPENAPI_PATH = "/v1/openapi.json"
 
-JsonObject = dict[str, Any]
-
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
 # Security requirements: any one of the two schemes (a list of alternatives), or none.
 _AUTHENTICATED: list[JsonObject] = [{"bearerAuth": []}, {"apiKey": []}]
 _OPEN: list[JsonObject] = []
 
-_KEY_FORMATS = (
-    "How a key is written depends on the table's `key_format` (see `GET /v1/tables`): "
-    "`string`: the text itself; `int` and `long`: a decimal integer such as `42` or `-7`; "
-    '`json` and `avro`: a JSON document, e.g. `"alice"` (with the quotes) or `{"id": 7}`; '
-    "`bytes`: the key bytes in base64url."
-)
 _STRING: JsonObject = {"type": "string"}
 _EVENTS: JsonObject = {
     "type": "string",
     "description": "`retry:`, then events of `id:` and one `data:` line of JSON each, and "
     "`: keep-alive` comments.",
-}
-_LONG_MS: JsonObject = {
-    "type": "integer",
-    "format": "int64",
-    "minimum": _LONG_MIN,
-    "maximum": _LONG_MAX,
 }
 
 # Node-specific limits of the answers' models: (schema, property) -> the setting that bounds
@@ -77,6 +61,7 @@ _MAX_ITEMS = {
     ("WindowsAnswer", "items"): "max_windows",
     ("MultiGetRequest", "keys"): "max_multi_get_keys",
     ("RangeAnswer", "items"): "max_range_limit",
+    ("WindowRangeAnswer", "items"): "max_range_limit",
 }
 
 
@@ -178,7 +163,6 @@ class _Operation:
 
 # The parameters every read of a table's values takes.
 _READ_PARAMS = ("MaxLag", "After", "AfterSource")
-_SOURCE_POSITIONS = r"^[^,:]+:[0-9]+:[0-9]+(,[^,:]+:[0-9]+:[0-9]+)*$"
 
 
 def _operations(s: HttpSettings) -> list[_Operation]:
@@ -200,11 +184,30 @@ def _operations(s: HttpSettings) -> list[_Operation]:
         _Operation(
             "/v1/tables/{table}/keys/{key}/windows", "get", "getWindows", "tables",
             "Read the windows of one key (windowed tables)",
-            "The key's windows whose start lies in [`from`, `to`] (epoch milliseconds, "
-            f"both inclusive), in start order, at most {s.max_windows}. 400 with code "
-            "`not_windowed` on a table that is not windowed.",
+            "One page of the key's windows whose start lies in [`from`, `to`] (both "
+            "inclusive), in start order (`order=desc`: the newest first), `limit` at most "
+            f"(default and at most {s.max_windows}). Pass `next_cursor` as `cursor` for the "
+            "next page; it is null on the last. 400 with code `not_windowed` on a table that "
+            "is not windowed.",
             models.WindowsAnswer, "The windows.", _ON_TABLE,
-            (*per_key, "WindowFrom", "WindowTo", *_READ_PARAMS),
+            (*per_key, "WindowFrom", "WindowTo", "WindowLimit", "Cursor", "Order",
+             *_READ_PARAMS),
+        ),
+        _Operation(
+            "/v1/tables/{table}/windows", "get", "windowRange", "tables",
+            "Read the windows of many keys (windowed tables)",
+            "One page of the windows whose start lies in [`from`, `to`] (both inclusive) of "
+            "the keys in [`key_from`, `key_to`] or starting with `prefix` (none: every key), "
+            "across all partitions, in key order and then window start (`order=desc`: the "
+            "last key first, each key's newest window first); keys are ordered by their "
+            "stored form as in `range`. Starts are read within 2^55 ms (about 1.1 million "
+            "years) of 1970. A page examines a bounded number of windows per "
+            "partition: "
+            "one may hold fewer than `limit` items and still have a `next_cursor`; page on "
+            "until it is null. 400 with code `not_windowed` on a table that is not windowed.",
+            models.WindowRangeAnswer, "One page.", _ON_TABLE,
+            ("Table", "WindowFrom", "WindowTo", "KeyFrom", "KeyTo", "Prefix", "Limit",
+             "Cursor", "Order", *_READ_PARAMS),
         ),
         _Operation(
             "/v1/tables/{table}/keys/{key}/watch", "get", "watchKey", "tables",
@@ -249,9 +252,11 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "integers numerically. `from` and `to` bound the keys (both inclusive), "
             "`prefix` keeps keys that start with it; all three are keys written as in a "
             "path. Pass `next_cursor` of a page as `cursor` to get the next one; it is "
-            "null on the last page. On a windowed table each window is one item.",
+            "null on the last page. `order=desc` pages from the last key down. On a "
+            "windowed table each window is one item.",
             models.RangeAnswer, "One page.", _ON_TABLE,
-            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", *_READ_PARAMS),
+            ("Table", "RangeFrom", "RangeTo", "Prefix", "Limit", "Cursor", "Order",
+             *_READ_PARAMS),
         ),
         _Operation(
             "/v1/tables/{table}/changes", "get", "watchChanges", "tables",
@@ -376,7 +381,7 @@ def _components(s: HttpSettings) -> JsonObject:
                 "description": "A static API key the node was configured with; same rules.",
             },
         },
-        "parameters": _parameters(s),
+        "parameters": parameters(s),
         "headers": {
             **{header_component(name): header for name, header in HEADERS.items()},
             "RequestId": {
@@ -388,83 +393,6 @@ def _components(s: HttpSettings) -> JsonObject:
         "responses": {name: error_answer(error, s) for name, error in ERRORS.items()},
         "schemas": _schemas(s),
     }
-
-
-def _parameters(s: HttpSettings) -> JsonObject:
-    # name -> (where, parameter, description, schema); path parameters are required.
-    table: dict[str, tuple[str, str, str, JsonObject]] = {
-        "Table": ("path", "table", "The table's name, percent-encoded (see `GET /v1/tables`).",
-                  {"type": "string", "examples": ["users"]}),
-        "Key": ("path", "key",
-                "The key, percent-encoded as one path segment (a `/` inside it is `%2F`). "
-                f"{_KEY_FORMATS} A key that does not parse in the table's format is 400; one "
-                f"over {s.max_key_bytes} bytes is 413.",
-                {"type": "string", "examples": ["alice", "42"]}),
-        "MaxLag": ("query", "max_lag",
-                   "A standby (or a replica still restoring) at most this many changelog "
-                   "offsets behind may answer instead of the active. Without it, only the "
-                   "active answers while it can; replicas within the node's bound stand in "
-                   "when it cannot.",
-                   {"type": "integer", "minimum": 0}),
-        "After": ("query", "after",
-                  "A consistency token (the `token` of an earlier answer, from any node): "
-                  "only a replica that has applied at least those changelog offsets of the "
-                  "partitions read may answer. A node whose replica is behind waits for it "
-                  "within the request budget, then answers 503 with `Retry-After`; never an "
-                  "older answer. A token that does not parse (or names a partition the "
-                  "table has not) is 400.",
-                  {"type": "string", "pattern": r"^([0-9]+-[0-9]+(\.[0-9]+-[0-9]+)*)?$"}),
-        "AfterSource": ("query", "after_source",
-                        "Read your own writes through the pipeline: `TOPIC:PARTITION:OFFSET` "
-                        "(comma-separated for several) of records produced to the pipeline's "
-                        "source topics. The node waits, within the request budget, until the "
-                        "table's pipeline (`sparkiq run`) has committed a micro-batch past them, "
-                        "then answers from a replica that has applied what that batch wrote; "
-                        "503 with `Retry-After` if that does not happen in time.",
-                        {"type": "string", "pattern": _SOURCE_POSITIONS}),
-        "WindowFrom": ("query", "from",
-                       "Earliest window start (epoch ms, inclusive). Default: no bound.",
-                       _LONG_MS),
-        "WindowTo": ("query", "to",
-                     "Latest window start (epoch ms, inclusive). Default: no bound.", _LONG_MS),
-        "RangeFrom": ("query", "from",
-                      f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING),
-        "RangeTo": ("query", "to", "Largest key (inclusive), written as in a path.", _STRING),
-        "Prefix": ("query", "prefix",
-                   "Only keys that start with this one (in their stored form).", _STRING),
-        "Limit": ("query", "limit", f"Items per page (default {s.default_range_limit}).",
-                  {"type": "integer", "minimum": 1, "maximum": s.max_range_limit,
-                   "default": s.default_range_limit}),
-        "Cursor": ("query", "cursor", "The `next_cursor` of the previous page, as it was given.",
-                   {"type": "string", "pattern": "^[A-Za-z0-9_-]*$"}),
-        "LastEventId": ("header", "last-event-id",
-                        "The id of the last event a watch received (`<partition>-<offset>`), "
-                        "to resume it.",
-                        {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}),
-        "ChangesLastEventId": ("header", "last-event-id",
-                               "The id of the last event a watch of changes received (the "
-                               "vector `<partition>-<position>` joined by `.`), to resume it.",
-                               {"type": "string",
-                                "pattern": "^([0-9]+-[0-9]+([.][0-9]+-[0-9]+)*)?$"}),
-        "RequestId": ("header", "x-request-id",
-                      "An id for this request, echoed in the answer, carried to the node that "
-                      "answers and named in the nodes' logs. Up to 64 letters, digits, `.`, "
-                      "`_` or `-`; anything else is replaced by an id the node makes.",
-                      _STRING),
-    }  # fmt: skip
-    out: JsonObject = {}
-    for name, (where, param, description, schema) in table.items():
-        out[name] = {
-            "name": param,
-            "in": where,
-            "required": where == "path",
-            "description": description,
-            "schema": dict(schema),
-        }
-        if where == "query" and schema.get("type") == "integer":
-            # An empty value (`max_lag=`) is the parameter's default (`params.int_param`).
-            out[name]["allowEmptyValue"] = True
-    return out
 
 
 # -- schemas ---------------------------------------------------------------------------------------

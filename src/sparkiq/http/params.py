@@ -13,10 +13,11 @@ from collections.abc import Collection
 from urllib.parse import parse_qsl, unquote
 
 from sparkiq.core import positions
-from sparkiq.core.errors import KeyFormatError
-from sparkiq.core.queries import Failure, FailureReason
+from sparkiq.core.errors import FormatError, KeyFormatError
+from sparkiq.core.queries import Failure, FailureReason, Order
 from sparkiq.core.serde import KeyCodec, key_codec
 from sparkiq.core.tables import TableDef
+from sparkiq.core.timespec import parse_time
 from sparkiq.core.value_codecs import ValueCodec, value_codec
 
 Params = dict[str, str]
@@ -95,6 +96,26 @@ def int_param(
     if hi is not None and value > hi:
         return Failure(FailureReason.BAD_REQUEST, f"{name} must be <= {hi}, got {value}")
     return value
+
+
+def order_param(params: Params) -> Order | Failure:
+    """`order=asc|desc` (default asc)."""
+    raw = params.get("order") or "asc"
+    try:
+        return Order(raw)
+    except ValueError:
+        return Failure(FailureReason.BAD_REQUEST, f"order={raw!r}; give order=asc or order=desc")
+
+
+def time_param(params: Params, name: str, default: int, now: int) -> int | Failure:
+    """A time parameter (`sparkiq.core.timespec`: epoch ms, ISO-8601 or relative to `now`)."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse_time(raw, now)
+    except FormatError as exc:
+        return Failure(FailureReason.BAD_REQUEST, f"{name}: {exc}")
 
 
 def parse_key_text(table: TableDef, text: str, max_bytes: int) -> bytes | Failure:

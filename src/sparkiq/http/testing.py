@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
 from sparkiq.core.progress import PipelineProgress
-from sparkiq.core.queries import ReplicaRole
+from sparkiq.core.queries import Order, ReplicaRole
 from sparkiq.core.serde import key_codec, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
@@ -57,11 +57,22 @@ class DictStore:
         prefix: bytes | None = None,
         after: bytes | None = None,
         limit: int,
+        order: Order = Order.ASC,
     ) -> list[tuple[bytes, bytes]]:
         self.reads += 1
         if self._keys is None:
             self._keys = sorted(self.data)
         keys = self._keys
+        if order is Order.DESC:
+            found = [
+                (key, self.data[key])
+                for key in reversed(keys)
+                if (lo is None or key >= lo)
+                and (hi is None or key <= hi)
+                and (prefix is None or key.startswith(prefix))
+                and (after is None or key < after)
+            ]
+            return found[:limit]
         start = max(k for k in (lo or b"", prefix or b"", after or b"") if k is not None)
         out: list[tuple[bytes, bytes]] = []
         for key in keys[bisect.bisect_left(keys, start) :]:

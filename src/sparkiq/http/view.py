@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from sparkiq.core.progress import PipelineProgress
+from sparkiq.core.queries import Order
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import Placement, TopicPartition
 
@@ -40,6 +41,7 @@ class ReadableStore(Protocol):
         prefix: bytes | None,
         after: bytes | None,
         limit: int,
+        order: Order = ...,
     ) -> list[tuple[bytes, bytes]]: ...
 
 

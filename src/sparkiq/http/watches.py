@@ -22,7 +22,7 @@ from sparkiq.core import positions
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.http.errorcodes import ErrorCode
-from sparkiq.http.fanout import partition_list, range_bounds
+from sparkiq.http.fanout import partition_list
 from sparkiq.http.guard import FORWARD_HEADERS, forbidden
 from sparkiq.http.interface import Stream
 from sparkiq.http.keywatch import KeyWatcher, WatchedKey, parse_event_id
@@ -30,6 +30,7 @@ from sparkiq.http.locate import Call
 from sparkiq.http.params import Params, codecs, decode_segment, no_fixed_placement, parse_key_text
 from sparkiq.http.parts import ApiParts, Headers
 from sparkiq.http.rangefeed import WatchedRange
+from sparkiq.http.ranges import range_bounds
 from sparkiq.http.rangewatch import RangeWatcher
 from sparkiq.http.responses import (
     JSON_HEADERS,

@@ -56,6 +56,7 @@ from sparkiq.core.errors import (
     StorageFault,
     StoreError,
 )
+from sparkiq.core.queries import Order
 from sparkiq.core.tables import TableDef
 
 log = logging.getLogger(__name__)
@@ -276,14 +277,17 @@ class PartitionStore:
         prefix: bytes | None = None,
         after: bytes | None = None,
         limit: int,
+        order: Order = Order.ASC,
     ) -> list[tuple[bytes, bytes]]:
-        """Up to *limit* (key, value) pairs in store-key order.
+        """Up to *limit* (key, value) pairs in store-key order (*order* DESC: reversed).
 
-        Keys are >= *lo* and <= *hi* (both inclusive), start with *prefix*, and are strictly
-        greater than the cursor *after* (the last key of the previous page).
+        Keys are >= *lo* and <= *hi* (both inclusive), start with *prefix*, and come strictly
+        after the cursor *after* (the last key of the previous page) in that order.
         """
         if limit <= 0:
             return []
+        if order is Order.DESC:
+            return self._scan_desc(lo, hi, prefix, after, limit)
         start = lo or b""
         if prefix is not None and prefix > start:
             start = prefix
@@ -310,6 +314,43 @@ class PartitionStore:
                 it.next()
             # An iterator that stops on a corrupt block is merely not valid any more; its
             # status says why.
+            it.status()
+        except Exception as exc:
+            raise self._fault("scanning", exc) from exc
+        return out
+
+    def _scan_desc(
+        self,
+        lo: bytes | None,
+        hi: bytes | None,
+        prefix: bytes | None,
+        before: bytes | None,
+        limit: int,
+    ) -> list[tuple[bytes, bytes]]:
+        """`scan` from the top down: keys below the cursor *before*."""
+        # The upper bounds: `hi` is inclusive, the prefix's end and the cursor are not. The
+        # seek lands on the last key <= the lowest of them; only an exclusive one can equal it.
+        exclusive = [b for b in (_prefix_end(prefix) if prefix else None, before) if b is not None]
+        bounds = ([hi] if hi is not None else []) + exclusive
+        top = min(bounds) if bounds else None
+        skip_equal = min(exclusive) if exclusive else None
+        floor = max(b for b in (lo, prefix) if b is not None) if (lo or prefix) else None
+        out: list[tuple[bytes, bytes]] = []
+        try:
+            it = self._db.iter()
+            if top is None:
+                it.seek_to_last()
+            else:
+                it.seek_for_prev(top)
+            while it.valid():
+                key: bytes = it.key()
+                if floor is not None and key < floor:
+                    break
+                if key != skip_equal:
+                    out.append((key, it.value()))
+                    if len(out) >= limit:
+                        break
+                it.prev()
             it.status()
         except Exception as exc:
             raise self._fault("scanning", exc) from exc

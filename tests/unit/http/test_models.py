@@ -79,6 +79,11 @@ ANSWERS: list[tuple[str, str, type[BaseModel]]] = [
     ("GET", "/v1/tables/users/range?limit=2", m.RangeAnswer),
     ("GET", "/v1/tables/counts/range", m.RangeAnswer),
     ("GET", "/v1/tables/clicks/range?prefix=alice", m.RangeAnswer),
+    ("GET", "/v1/tables/users/range?order=desc&limit=3", m.RangeAnswer),
+    ("GET", "/v1/tables/clicks/keys/alice/windows?limit=1&order=desc", m.WindowsAnswer),
+    ("GET", "/v1/tables/clicks/windows", m.WindowRangeAnswer),
+    ("GET", "/v1/tables/clicks/windows?from=-1h&order=desc&prefix=al&limit=1", m.WindowRangeAnswer),
+    ("GET", "/v1/tables/users/windows", m.ErrorAnswer),
     ("GET", "/healthz", m.Status),
     ("GET", "/readyz", m.Status),
     # Failures: the error shape, with the status of its code.

@@ -404,8 +404,9 @@ def _aim(case: FuzzCase, table: TableDef | None, keys: dict[str, list[Any]]) -> 
         params["table"] = table.name
         if "key" in params and texts[0] is not None:
             params["key"] = texts[0]
-        if case.operation.path.endswith("/range") and case.query is not None:
-            for name, value in zip(("from", "to", "prefix"), texts[1:], strict=True):
+        bounds = KEY_BOUNDS.get(case.operation.path)
+        if bounds is not None and case.query is not None:
+            for name, value in zip(bounds, texts[1:], strict=True):
                 if name in case.query and value is not None:
                     case.query[name] = value
         if size:
@@ -415,6 +416,13 @@ def _aim(case: FuzzCase, table: TableDef | None, keys: dict[str, list[Any]]) -> 
         return case
 
     return choices.map(apply)
+
+
+# The parameters of an operation that are keys, by path.
+KEY_BOUNDS = {
+    "/v1/tables/{table}/range": ("from", "to", "prefix"),
+    "/v1/tables/{table}/windows": ("key_from", "key_to", "prefix"),
+}
 
 
 def call_and_validate(case: FuzzCase, **kwargs: Any) -> None:
