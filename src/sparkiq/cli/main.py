@@ -313,16 +313,17 @@ def _key_value(
 @env_option(
     "--master",
     envvar="SPARKIQ_SPARK_MASTER",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[N] or a cluster URL such as spark://host:7077.",
+    default=None,
+    help="Spark master: local[N] or a cluster URL such as spark://host:7077 (default: "
+    "spark-submit's --master when run under spark-submit, else local[*]).",
 )
 @env_option(
     "--checkpoint-dir",
     envvar="SPARKIQ_CHECKPOINT_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Root of the queries' checkpoints; a restart resumes from here.",
+    callback=lambda _ctx, _param, text: text if "://" in text else Path(text),
+    help="Root of the queries' checkpoints; a restart resumes from here. A directory, or "
+    "on a cluster a URL of storage every node reaches (hdfs://..., s3a://...).",
 )
 @click.option(
     "--trigger",

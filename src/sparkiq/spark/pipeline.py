@@ -56,7 +56,8 @@ class PipelineContext:
 
     spark: SparkSession
     bootstrap_servers: str
-    checkpoint_dir: Path
+    # A local directory, or a URL of shared storage (hdfs://, s3a://, ...) on a cluster.
+    checkpoint_dir: Path | str
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
@@ -111,7 +112,10 @@ class PipelineContext:
 
     def checkpoint(self, name: str) -> str:
         """The checkpoint directory of the query called *name*."""
-        return str(self.checkpoint_dir / _SAFE.sub("_", name))
+        safe = _SAFE.sub("_", name)
+        if isinstance(self.checkpoint_dir, Path):
+            return str(self.checkpoint_dir / safe)
+        return f"{self.checkpoint_dir.rstrip('/')}/{safe}"
 
     def read(self, *topics: str, starting_offsets: str = "earliest") -> DataFrame:
         """A streaming DataFrame of the records of *topics*: columns `KAFKA_COLUMNS` (key,

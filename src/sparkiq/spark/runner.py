@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -54,8 +55,10 @@ class RunSettings:
     """Everything `sparkiq run` needs besides the pipeline file."""
 
     bootstrap_servers: str
-    checkpoint_dir: Path
-    master: str = "local[*]"
+    # A local directory, or a URL of shared storage (hdfs://, s3a://, ...) on a cluster.
+    checkpoint_dir: Path | str
+    # None: spark-submit's master when run under spark-submit, else local[*].
+    master: str | None = "local[*]"
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
@@ -214,11 +217,15 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
     from sparkiq.spark.session import local_session
 
     pipeline_fn = load_pipeline(path)
-    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    # Spark's scratch space lives beside the checkpoints: removed when the run ends, and a
-    # run that was killed before it could remove it leaves it to the next run, not to /tmp.
-    scratch = settings.checkpoint_dir / SCRATCH_DIR
-    shutil.rmtree(scratch, ignore_errors=True)
+    if isinstance(settings.checkpoint_dir, Path):
+        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        # Spark's scratch space lives beside the checkpoints: removed when the run ends, and
+        # a run that was killed before it could remove it leaves it to the next run, not to
+        # /tmp.
+        scratch = settings.checkpoint_dir / SCRATCH_DIR
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:  # checkpoints on shared storage: the scratch space stays on this machine
+        scratch = Path(tempfile.mkdtemp(prefix="sparkiq-spark-"))
     spark = local_session(
         f"sparkiq pipeline {path.stem}",
         master=settings.master,
