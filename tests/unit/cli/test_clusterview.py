@@ -28,7 +28,15 @@ def test_faults_and_rebuilds_are_shown() -> None:
     meta = {
         "generation": 3,
         "nodes": [{"url": url, "active": [["items", 0], ["items", 1]]}],
-        "tables": [{"name": "items", "partitioner": "murmur2", "misplaced_records": 0}],
+        "tables": [
+            {
+                "name": "items",
+                "partitioner": "murmur2",
+                "misplaced_records": 0,
+                "newest_record_age_s": 0.84,
+                "last_batch_age_s": None,
+            }
+        ],
         "refused": [],
         "local": [
             {
@@ -64,3 +72,5 @@ def test_faults_and_rebuilds_are_shown() -> None:
     assert f"REBUILT: {url} items[1]: 2 time(s) from the changelog" in text
     row = next(line for line in text.splitlines() if " items " in line and "   0  " in line)
     assert "failed" in row  # the replica's row says its state
+    # Each node's freshness of each table: the newest record's age; no pipeline: "-".
+    assert f"{url:<28} {'items':<20} {'0.8 s':>13} {'-':>10}" in text.splitlines()
