@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -68,7 +68,15 @@ def wait_until(
 class PosRun:
     """One app id: its topics, pipeline process and serving cluster."""
 
-    def __init__(self, bootstrap: str, base: Path, app: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        base: Path,
+        app: str,
+        *,
+        nodes: int = 3,
+        pipeline_args: Sequence[str] = (),
+    ) -> None:
         self.bootstrap = bootstrap
         self.app = app
         self.topics = {name: f"{app}-{t}" for name, t in pos_pipeline.DEFAULT_TOPICS.items()}
@@ -83,9 +91,9 @@ class PosRun:
                 **{f"{name}_topic": t for name, t in self.topics.items()},
                 "table_partitions": "4",
             },
-            extra_args=["--trigger", "1 second"],
+            extra_args=["--trigger", "1 second", *pipeline_args],
         )
-        self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=3, app=app)
+        self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=nodes, app=app)
 
     def produce(self, invoices: list[Invoice], *, malformed_every: int = 0) -> int:
         written = produce_invoices(

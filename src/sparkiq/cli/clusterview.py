@@ -1,4 +1,6 @@
-"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition.
+"""Renders the cluster's state for `sparkiq cluster`: nodes, roles, lags per partition, and
+how fresh each node's tables are (the age of the newest record it applied, the time since
+the table's pipeline last committed a micro-batch).
 
 `watch_cluster` renders it again every few seconds (`sparkiq cluster --watch`), redrawing
 the screen on a terminal and printing one block after another otherwise.
@@ -35,16 +37,31 @@ def fetch_metadata(
     raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
 
 
-def _local_replicas(
-    url: str, timeout_s: float, http: httpx.Client | None
-) -> list[dict[str, Any]] | None:
+def _node_metadata(url: str, timeout_s: float, http: httpx.Client | None) -> dict[str, Any] | None:
+    """A node's own metadata (its local replicas, its tables' freshness), or None."""
     get = http.get if http is not None else httpx.get
     try:
-        resp = get(f"{url}/v1/metadata", timeout=timeout_s)
-        local: list[dict[str, Any]] = resp.json().get("local", [])
-        return local
+        meta: dict[str, Any] = get(f"{url}/v1/metadata", timeout=timeout_s).json()
+        return meta
     except (httpx.HTTPError, ValueError):
         return None
+
+
+def _age(seconds: Any) -> str:
+    return "-" if seconds is None else f"{float(seconds):.1f} s"
+
+
+def _freshness_lines(fresh: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Per node and table: the newest record's age and the pipeline's last batch's age."""
+    if not fresh:
+        return []
+    lines = ["", f"{'NODE':<28} {'TABLE':<20} {'NEWEST RECORD':>13} {'LAST BATCH':>10}"]
+    for url, t in fresh:
+        lines.append(
+            f"{url:<28} {t['name']:<20} {_age(t.get('newest_record_age_s')):>13} "
+            f"{_age(t.get('last_batch_age_s')):>10}"
+        )
+    return lines
 
 
 def render_cluster(
@@ -87,12 +104,15 @@ def render_cluster(
     ]
     faults: list[str] = []
     everywhere = {t["name"] for t in tables if t.get("kind") == "global"}
+    fresh: list[tuple[str, dict[str, Any]]] = []
     for node in meta.get("nodes", []):
         url = node["url"]
-        replicas = _local_replicas(url, timeout_s, http)
-        if replicas is None:
+        own = _node_metadata(url, timeout_s, http)
+        if own is None:
             lines.append(f"{url:<28} (not answering)")
             continue
+        replicas: list[dict[str, Any]] = own.get("local", [])
+        fresh += [(url, t) for t in own.get("tables", [])]
         roles: dict[tuple[str, int], str] = {}
         for role in ("active", "standby", "warming"):
             for table, part in node.get(role, []):
@@ -113,6 +133,7 @@ def render_cluster(
                     f"REBUILT: {where}: {r['rebuilds']} time(s) from the changelog after a "
                     "storage fault"
                 )
+    lines += _freshness_lines(fresh)
     if faults:
         lines += ["", *faults]
     return "\n".join(lines)

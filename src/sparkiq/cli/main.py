@@ -295,6 +295,9 @@ def demo(
     )
 
 
+KAFKA_CONNECTORS = ("auto", "builtin", "python")
+
+
 def _key_value(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, str]:
@@ -315,16 +318,17 @@ def _key_value(
 @env_option(
     "--master",
     envvar="SPARKIQ_SPARK_MASTER",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[N] or a cluster URL such as spark://host:7077.",
+    default=None,
+    help="Spark master: local[N] or a cluster URL such as spark://host:7077 (default: "
+    "spark-submit's --master when run under spark-submit, else local[*]).",
 )
 @env_option(
     "--checkpoint-dir",
     envvar="SPARKIQ_CHECKPOINT_DIR",
-    type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Root of the queries' checkpoints; a restart resumes from here.",
+    callback=lambda _ctx, _param, text: text if "://" in text else Path(text),
+    help="Root of the queries' checkpoints; a restart resumes from here. A directory, or "
+    "on a cluster a URL of storage every node reaches (hdfs://..., s3a://...).",
 )
 @click.option(
     "--trigger",
@@ -347,6 +351,24 @@ def _key_value(
     "of each stateful operator. Each costs a round trip to a Python worker and a state "
     "commit per batch, so 1 keeps batches short on a small machine; raise it for more "
     "parallel work per batch. A query keeps the count its checkpoint started with.",
+)
+@env_option(
+    "--kafka-connector",
+    envvar="SPARKIQ_KAFKA_CONNECTOR",
+    # sparkiq.spark.connector.KafkaConnector's values (that module loads PySpark; the CLI
+    # does not until a command needs it; tests/unit/cli checks the two agree).
+    type=click.Choice(KAFKA_CONNECTORS),
+    default="auto",
+    show_default=True,
+    help="Kafka source and sink: Spark's built-in connector (builtin: spark-sql-kafka-0-10, "
+    "reads without Python workers), sparkiq's Python one (python), or the built-in one when "
+    "its classes are on the classpath (auto). Same columns either way.",
+)
+@click.option(
+    "--packages",
+    multiple=True,
+    help="Maven coordinates of a JVM package for Spark (spark.jars.packages, as "
+    "spark-submit --packages), e.g. Spark's Kafka connector; repeatable or comma-separated.",
 )
 @click.option(
     "--param",
@@ -385,12 +407,16 @@ def run(pipeline_file: Path, **options: Any) -> None:
     """Run the PySpark pipeline PIPELINE_FILE (it defines pipeline(ctx))."""
     import logging
 
+    from sparkiq.spark.connector import KafkaConnector
     from sparkiq.spark.runner import RunSettings, run_pipeline
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     trigger = options.pop("trigger")
+    packages = tuple(p.strip() for each in options.pop("packages") for p in each.split(","))
     settings = RunSettings(
+        kafka_connector=KafkaConnector(options.pop("kafka_connector")),
+        packages=tuple(p for p in packages if p),
         trigger_interval=None if trigger.strip() in ("", "0", "0 seconds") else trigger,
         progress_interval_s=options.pop("progress_interval"),
         duration_s=options.pop("duration"),

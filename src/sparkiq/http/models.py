@@ -116,6 +116,17 @@ class TableSummary(BaseModel):
         "gives their keys; while any are known, a key missing from its partition is looked "
         "for in every other one before a 404."
     )
+    newest_record_age_s: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="Seconds since the newest changelog record the answering node applied "
+        "of the table was written (its Kafka timestamp); absent before it applied one.",
+    )
+    last_batch_age_s: Annotated[float, Field(ge=0)] | None = Field(
+        default=None,
+        description="Seconds since the table's pipeline (`sparkiq run`) last committed a "
+        "micro-batch, as the answering node heard; absent when no pipeline publishes "
+        "progress for the table.",
+    )
 
 
 class TableList(BaseModel):

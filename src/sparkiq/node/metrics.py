@@ -25,10 +25,13 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_ready` | gauge | |
 | `sparkiq_tables` | gauge | |
 | `sparkiq_misplaced_records` | gauge | table |
+| `sparkiq_table_newest_record_age_seconds` | gauge | table (once a record was applied) |
+| `sparkiq_table_last_batch_age_seconds` | gauge | table (once its pipeline committed a batch) |
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Protocol
@@ -38,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, TopicPartition
+from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restoreprogress import RestoreProgress, fraction_done
 
@@ -93,6 +97,8 @@ class ObservedNode(Protocol):
     def is_ready(self) -> bool: ...
 
     def misplaced_records(self, table: str) -> int: ...
+
+    def freshness(self, table: TableDef) -> TableFreshness: ...
 
 
 def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> PartitionState:
@@ -234,3 +240,29 @@ class NodeMetrics(Collector):
         for tdef in tables:
             misplaced.add_metric((tdef.name,), node.misplaced_records(tdef.name))
         yield misplaced
+        yield from _freshness(node, tables)
+
+
+def _freshness(node: ObservedNode, tables: Sequence[TableDef]) -> Iterator[Metric]:
+    newest = GaugeMetricFamily(
+        "sparkiq_table_newest_record_age_seconds",
+        "Seconds since the newest changelog record this node applied of the table was "
+        "written (its Kafka timestamp).",
+        labels=("table",),
+    )
+    batch = GaugeMetricFamily(
+        "sparkiq_table_last_batch_age_seconds",
+        "Seconds since the table's pipeline last committed a micro-batch (its progress topic).",
+        labels=("table",),
+    )
+    now_ms = time.time_ns() // 1_000_000
+    for tdef in tables:
+        fresh = node.freshness(tdef)
+        record_age = fresh.newest_record_age_s(now_ms)
+        if record_age is not None:
+            newest.add_metric((tdef.name,), record_age)
+        batch_age = fresh.last_batch_age_s(now_ms)
+        if batch_age is not None:
+            batch.add_metric((tdef.name,), batch_age)
+    yield newest
+    yield batch

@@ -25,6 +25,7 @@ from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartit
 from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.kafka.progress import ProgressFollower
 from sparkiq.node.changes import ChangeFeed
+from sparkiq.node.freshness import TableFreshness, table_freshness
 from sparkiq.node.membership import GroupMember
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.rebalance import RebalanceAsker
@@ -299,8 +300,24 @@ class Node(Watching):
         }
 
     def table_summary(self, table: TableDef) -> dict[str, object]:
-        """`table`'s public description with the misplaced records the cluster found."""
-        return {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
+        """`table`'s public description with the misplaced records the cluster found and how
+        fresh it is here (`sparkiq.node.freshness`)."""
+        out = {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
+        fresh = self.freshness(table)
+        now_ms = time.time_ns() // 1_000_000
+        ages = (
+            ("newest_record_age_s", fresh.newest_record_age_s(now_ms)),
+            ("last_batch_age_s", fresh.last_batch_age_s(now_ms)),
+        )
+        out.update((name, age) for name, age in ages if age is not None)  # absent: unknown
+        return out
+
+    def freshness(self, table: TableDef) -> TableFreshness:
+        """The newest record this node applied of *table* and its pipeline's last batch."""
+        status = self.restorer.status
+        statuses = (status((table.topic, p)) for p in range(table.partitions))
+        latest = self.progress.progress.latest(table.name)
+        return table_freshness(statuses, latest.time_ms if latest is not None else None)
 
     # ---- lifecycle ------------------------------------------------------------------
 

@@ -5,13 +5,16 @@ becomes the record ``key -> value`` and a null value a tombstone that deletes th
 output mode ``update`` an aggregation emits only the keys it changed in a micro-batch, each
 with its whole new value, which is exactly a changelog. `materialize` creates the changelog
 topic (compacted), registers the table in the catalog so every serving node starts serving
-it, and starts the streaming query that writes it through the `sparkiq-kafka` sink.
+it, and starts the streaming query that writes it through Spark's built-in Kafka sink or the
+`sparkiq-kafka` sink (`sparkiq.spark.connector`).
 
 Keys are encoded as the serving tier reads them (`sparkiq.core.serde`): strings as UTF-8, longs
 and ints big-endian, JSON keys as their text. A windowed table's record key is the key
 bytes followed by the window start as an 8-byte big-endian millisecond count, and the
-record is partitioned by the key bytes alone (the sink's ``windowedKeys`` option), so all
-windows of one key live in the partition a lookup of that key goes to.
+record is partitioned by the key bytes alone (the `sparkiq-kafka` sink's ``windowedKeys``
+option; with the built-in sink a ``partition`` column computed by the JVM,
+`sparkiq.spark.murmur2col`), so all windows of one key live in the partition a lookup of
+that key goes to.
 
 `changelog` gives the same ``key``/``value`` columns without starting a query, for a query
 that writes a table and other topics at once (add a ``topic`` column and union them).
@@ -29,6 +32,9 @@ from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP, register_table
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.spark.connector import KafkaConnector, KafkaIO, sink_options
+from sparkiq.spark.murmur2col import murmur2_partition
+from sparkiq.spark.options import FORMAT_NAME
 from sparkiq.spark.sink import SinkOptions, produce_batches
 
 if TYPE_CHECKING:
@@ -279,6 +285,7 @@ def materialize(
     trigger_interval: str | None = "1 second",
     description: str = "",
     kafka_security: KafkaSecurity = PLAINTEXT,
+    connector: KafkaConnector = KafkaConnector.PYTHON,
     kind: str | None = None,
     retention: str | int | None = None,
 ) -> StreamingQuery | None:
@@ -291,7 +298,8 @@ def materialize(
     and *retention* (e.g. ``"1 hour"``) to drop its windows that long after they end;
     ``kind="global"`` for a table every node holds whole. A batch (not streaming) *df*, say
     reference data for a global table, is written once before this returns None.
-    The topic creation, the registration and the writers connect with *kafka_security*.
+    The topic creation, the registration and the writers connect with *kafka_security*;
+    *connector* (BUILTIN or PYTHON, `sparkiq.spark.connector`) is the sink that writes.
     """
     definition = define_table(
         table,
@@ -308,64 +316,89 @@ def materialize(
     if (window is not None) != definition.is_windowed:
         raise ConfigError("a windowed table needs both window=<column> and window_size=...")
     records = changelog(df, definition, key=key, value=value, window=window, deleted=deleted)
+    if definition.is_windowed and connector is KafkaConnector.BUILTIN:
+        records = with_key_part_partition(records, definition.partitions)
     prepare_table(bootstrap_servers, definition, app=app, security=kafka_security)
-    kafka_options = {
-        "bootstrap.servers": bootstrap_servers,
-        "topic": definition.topic,
-        "windowedKeys": "true" if definition.is_windowed else "false",
-        **kafka_security.spark_options(),
-    }
+    sink = sink_options(
+        connector,
+        bootstrap_servers=bootstrap_servers,
+        topic=definition.topic,
+        windowed_keys=definition.is_windowed,
+        security=kafka_security,
+    )
     if not df.isStreaming:
-        write_kafka_once(records, kafka_options)
+        write_kafka_once(records, sink)
         return None
     return start_kafka_write(
         records,
         name=f"table {table}",
-        kafka_options=kafka_options,
+        sink=sink,
         checkpoint_location=checkpoint_location,
         output_mode=output_mode,
         trigger_interval=trigger_interval,
     )
 
 
-def write_kafka_once(df: DataFrame, kafka_options: dict[str, str]) -> int:
-    """Produce a batch DataFrame (key, value[, topic]) to Kafka; the records acknowledged."""
-    from pyspark.sql.types import LongType, StructField, StructType
+def with_key_part_partition(records: DataFrame, partitions: int) -> DataFrame:
+    """Windowed changelog *records* with the ``partition`` of their key part (all but the
+    last 8 bytes, the window start) under murmur2, computed in the JVM: the built-in sink
+    would hash the whole key."""
+    from pyspark.sql import functions as F
 
-    options = SinkOptions.parse(kafka_options, df.schema)
-    counted = StructType([StructField("records", LongType(), False)])
-    rows = df.mapInArrow(functools.partial(produce_partition, options), counted).collect()
-    return sum(int(row["records"]) for row in rows)
+    part = "__sparkiq_key_part"
+    return (
+        records.withColumn(part, F.expr("substring(key, 1, length(key) - 8)"))
+        .withColumn("partition", murmur2_partition(part, partitions))
+        .drop(part)
+    )
 
 
 def start_kafka_write(
     df: DataFrame,
     *,
     name: str,
-    kafka_options: dict[str, str],
+    sink: KafkaIO,
     checkpoint_location: str,
     output_mode: str = "append",
     trigger_interval: str | None = None,
 ) -> StreamingQuery:
     """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka.
 
-    Each micro-batch is produced by the executors' Python workers (``mapInArrow`` over the
-    batch, the `sparkiq-kafka` sink's own producing code) from ``foreachBatch``: every
-    record is acknowledged before the batch ends, so Spark commits the batch only after
-    Kafka has it, and a failed batch is written again on restart (at least once). This
-    path serves any output mode, and it starts no Python process per micro-batch: Spark
-    runs the commit of a Python data source sink in a fresh Python process each time, which
-    costs seconds per batch on a busy machine.
+    *sink* (`sparkiq.spark.connector.sink_options`) says which sink: Spark's built-in
+    ``kafka`` sink is given the DataFrame as it is (the JVM produces; no Python worker).
+
+    With the `sparkiq-kafka` sink each micro-batch is produced by the executors' Python
+    workers (``mapInArrow`` over the batch, the sink's own producing code) from
+    ``foreachBatch``: every record is acknowledged before the batch ends, so Spark commits
+    the batch only after Kafka has it, and a failed batch is written again on restart (at
+    least once). This path serves any output mode, and it starts no Python process per
+    micro-batch: Spark runs the commit of a Python data source sink in a fresh Python
+    process each time, which costs seconds per batch on a busy machine.
     """
-
-    def write_batch(batch: DataFrame, _batch_id: int) -> None:
-        write_kafka_once(batch, kafka_options)
-
     writer = df.writeStream.option("checkpointLocation", checkpoint_location)
-    writer = writer.outputMode(output_mode).queryName(name).foreachBatch(write_batch)
+    writer = writer.outputMode(output_mode).queryName(name)
     if trigger_interval:
         writer = writer.trigger(processingTime=trigger_interval)
-    return writer.start()
+    if sink.format != FORMAT_NAME:
+        return writer.format(sink.format).options(**sink.options).start()
+
+    def write_batch(batch: DataFrame, _batch_id: int) -> None:
+        write_kafka_once(batch, sink)
+
+    return writer.foreachBatch(write_batch).start()
+
+
+def write_kafka_once(df: DataFrame, sink: KafkaIO) -> None:
+    """Produce a batch DataFrame (key, value[, topic]) to Kafka through *sink*, every record
+    acknowledged before this returns."""
+    if sink.format != FORMAT_NAME:
+        df.write.format(sink.format).options(**sink.options).save()
+        return
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    options = SinkOptions.parse(sink.options, df.schema)
+    counted = StructType([StructField("records", LongType(), False)])
+    df.mapInArrow(functools.partial(produce_partition, options), counted).collect()
 
 
 def produce_partition(

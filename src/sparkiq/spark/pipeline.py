@@ -11,9 +11,11 @@ A pipeline file is ordinary PySpark with one entry point::
 `sparkiq run FILE` builds the SparkSession (any master), calls ``pipeline(ctx)`` and keeps the
 queries it started running. The context fills in what every query needs and a user should
 not repeat: the broker, a checkpoint directory per query under one root (so a restarted
-pipeline resumes each query where it stopped), the trigger interval, the catalog, and the
-Kafka client security settings (``sparkiq run --kafka-config``), which every source, sink,
-topic creation and catalog registration it makes connects with.
+pipeline resumes each query where it stopped), the trigger interval, the catalog, the
+Kafka connector (Spark's built-in one where it is installed, else sparkiq's:
+`sparkiq.spark.connector`, the same columns either way) and the Kafka client security
+settings (``sparkiq run --kafka-config``), which every source, sink, topic creation and
+catalog registration it makes connects with.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
 from sparkiq.spark.materialize import (
     materialize,
     prepare_table,
@@ -53,12 +56,15 @@ class PipelineContext:
 
     spark: SparkSession
     bootstrap_servers: str
-    checkpoint_dir: Path
+    # A local directory, or a URL of shared storage (hdfs://, s3a://, ...) on a cluster.
+    checkpoint_dir: Path | str
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
     # SASL/SSL settings of every Kafka client the context makes (default PLAINTEXT).
     kafka_security: KafkaSecurity = PLAINTEXT
+    # The connector every read and write uses: BUILTIN or PYTHON (`choose_connector`).
+    kafka_connector: KafkaConnector = KafkaConnector.PYTHON
     # Free-form settings for the pipeline itself (`sparkiq run --param name=value`).
     params: Mapping[str, str] = field(default_factory=dict)
     queries: list[StreamingQuery] = field(default_factory=list)
@@ -106,22 +112,26 @@ class PipelineContext:
 
     def checkpoint(self, name: str) -> str:
         """The checkpoint directory of the query called *name*."""
-        return str(self.checkpoint_dir / _SAFE.sub("_", name))
+        safe = _SAFE.sub("_", name)
+        if isinstance(self.checkpoint_dir, Path):
+            return str(self.checkpoint_dir / safe)
+        return f"{self.checkpoint_dir.rstrip('/')}/{safe}"
 
     def read(self, *topics: str, starting_offsets: str = "earliest") -> DataFrame:
-        """A streaming DataFrame of the records of *topics* (the `sparkiq-kafka` source)."""
+        """A streaming DataFrame of the records of *topics*: columns `KAFKA_COLUMNS` (key,
+        value, topic, partition, offset, timestamp, timestampType, headers) with either
+        connector."""
         if not topics:
             raise ConfigError("read() needs at least one topic")
-        reader = (
-            self.spark.readStream.format("sparkiq-kafka")
-            .option("bootstrap.servers", self.bootstrap_servers)
-            .option("subscribe", ",".join(topics))
-            .option("startingOffsets", starting_offsets)
-            .options(**self.kafka_security.spark_options())
+        source = source_options(
+            self.kafka_connector,
+            bootstrap_servers=self.bootstrap_servers,
+            topics=topics,
+            starting_offsets=starting_offsets,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
+            security=self.kafka_security,
         )
-        if self.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
-        return reader.load()
+        return self.spark.readStream.format(source.format).options(**source.options).load()
 
     def write(
         self,
@@ -140,15 +150,17 @@ class PipelineContext:
         """
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
-        options = {"bootstrap.servers": self.bootstrap_servers}
-        options.update(self.kafka_security.spark_options())
-        if topic is not None:
-            options["topic"] = topic
+        sink = sink_options(
+            self.kafka_connector,
+            bootstrap_servers=self.bootstrap_servers,
+            topic=topic,
+            security=self.kafka_security,
+        )
         return self._start(
             lambda: start_kafka_write(
                 df,
                 name=name,
-                kafka_options=options,
+                sink=sink,
                 checkpoint_location=self.checkpoint(name),
                 output_mode=output_mode,
                 trigger_interval=self.trigger_interval,
@@ -186,6 +198,7 @@ class PipelineContext:
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
         options.setdefault("kafka_security", self.kafka_security)
+        options.setdefault("connector", self.kafka_connector)
 
         def write() -> StreamingQuery | None:
             return materialize(

@@ -52,6 +52,7 @@ SCHEMA = StructType(
         StructField("partition", IntegerType(), True),
         StructField("offset", LongType(), True),
         StructField("timestamp", TimestampType(), True),
+        StructField("timestampType", IntegerType(), True),
         StructField("headers", ArrayType(HEADER_TYPE, True), True),
     ]
 )
@@ -184,6 +185,9 @@ def _to_record_batch(topic: str, partition: int, msgs: Sequence[Message]) -> pa.
             [None if kind == TIMESTAMP_NOT_AVAILABLE else ms * 1000 for kind, ms in stamps],
             type=fields.field("timestamp").type,
         ),
+        # Kafka's own numbering (Spark's Kafka source gives it): -1 none, 0 the producer's
+        # create time, 1 the broker's log append time; librdkafka counts from 0 = none.
+        pa.array([kind - 1 for kind, _ms in stamps], type=fields.field("timestampType").type),
         pa.array([m.headers() for m in msgs], type=fields.field("headers").type),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

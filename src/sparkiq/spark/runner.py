@@ -1,7 +1,9 @@
 """`sparkiq run PIPELINE.py`: run a pipeline file until it fails or is told to stop.
 
-The runner builds the SparkSession (``local[*]`` or any Spark master URL), hands the file's
-``pipeline(ctx)`` a `PipelineContext`, and then watches the queries it started: a progress
+The runner builds the SparkSession (``local[*]`` or any Spark master URL, with the packages
+of ``--packages``), chooses the Kafka connector (``--kafka-connector``:
+`sparkiq.spark.connector.choose_connector`), hands the file's ``pipeline(ctx)`` a
+`PipelineContext`, and then watches the queries it started: a progress
 line per query every few seconds (micro-batch, input and processed rows per second, batch
 duration, observed metrics such as dead-letter counts), optionally the same as JSON in a
 status file for tools, and a clear exit: SIGINT/SIGTERM stop every query and the session
@@ -16,6 +18,7 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +34,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.kafka.catalog import DEFAULT_APP, read_catalog
 from sparkiq.kafka.progress import ProgressPublisher
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.spark.connector import KafkaConnector, choose_connector
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
 
 if TYPE_CHECKING:
@@ -51,8 +55,10 @@ class RunSettings:
     """Everything `sparkiq run` needs besides the pipeline file."""
 
     bootstrap_servers: str
-    checkpoint_dir: Path
-    master: str = "local[*]"
+    # A local directory, or a URL of shared storage (hdfs://, s3a://, ...) on a cluster.
+    checkpoint_dir: Path | str
+    # None: spark-submit's master when run under spark-submit, else local[*].
+    master: str | None = "local[*]"
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None
@@ -62,6 +68,10 @@ class RunSettings:
     status_file: Path | None = None
     # SASL/SSL settings of every Kafka client the pipeline makes (`--kafka-config`).
     kafka_security: KafkaSecurity = PLAINTEXT
+    # Spark's built-in Kafka connector, sparkiq's, or the first where it is installed.
+    kafka_connector: KafkaConnector = KafkaConnector.AUTO
+    # Maven coordinates of JVM packages for Spark (`--packages`: spark.jars.packages).
+    packages: tuple[str, ...] = ()
     progress_interval_s: float = 5.0
     duration_s: float | None = None
 
@@ -193,21 +203,44 @@ def _write_status(path: Path, statuses: list[dict[str, Any]], *, running: bool) 
     os.replace(tmp, path)
 
 
+def spark_conf(settings: RunSettings, scratch: Path) -> dict[str, str]:
+    """The Spark settings of a run: its scratch space, its packages, then ``--conf``."""
+    conf = {"spark.local.dir": str(scratch)}
+    if settings.packages:
+        conf["spark.jars.packages"] = ",".join(settings.packages)
+    conf.update(settings.spark_conf)
+    return conf
+
+
 def run_pipeline(path: Path, settings: RunSettings) -> None:
     """Run the pipeline file at *path* until a signal, *duration_s*, or a query failure."""
     from sparkiq.spark.session import local_session
 
     pipeline_fn = load_pipeline(path)
-    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    # Spark's scratch space lives beside the checkpoints: removed when the run ends, and a
-    # run that was killed before it could remove it leaves it to the next run, not to /tmp.
-    scratch = settings.checkpoint_dir / SCRATCH_DIR
-    shutil.rmtree(scratch, ignore_errors=True)
+    if isinstance(settings.checkpoint_dir, Path):
+        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        # Spark's scratch space lives beside the checkpoints: removed when the run ends, and
+        # a run that was killed before it could remove it leaves it to the next run, not to
+        # /tmp.
+        scratch = settings.checkpoint_dir / SCRATCH_DIR
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:  # checkpoints on shared storage: the scratch space stays on this machine
+        scratch = Path(tempfile.mkdtemp(prefix="sparkiq-spark-"))
     spark = local_session(
         f"sparkiq pipeline {path.stem}",
         master=settings.master,
         shuffle_partitions=settings.shuffle_partitions,
-        conf={"spark.local.dir": str(scratch), **settings.spark_conf},
+        conf=spark_conf(settings, scratch),
+    )
+    try:
+        connector = choose_connector(spark, settings.kafka_connector)
+    except Exception:
+        spark.stop()
+        raise
+    log.info(
+        "pipeline: Kafka connector %s (%s)",
+        connector.value,
+        "Spark's kafka format" if connector is KafkaConnector.BUILTIN else "sparkiq-kafka",
     )
     stop = threading.Event()
     catalog = _Catalog(settings)
@@ -240,6 +273,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         params=dict(settings.params),
         kafka_security=settings.kafka_security,
+        kafka_connector=connector,
         tables_of_query=tables_of_query,
     )
     status_file = settings.status_file

@@ -1,7 +1,9 @@
 """Builds a local SparkSession bound to loopback, with sparkiq's data sources registered.
 
 Everything a sparkiq pipeline starts must listen on 127.0.0.1 only, so the driver host, its
-bind address and the UI are pinned here rather than left to each caller. Python workers run
+bind address and the UI are pinned here rather than left to each caller; under spark-submit
+(which starts the JVM and sets PYSPARK_GATEWAY_PORT) the driver's address and the master are
+spark-submit's. Python workers run
 the interpreter that runs the driver, so the Kafka source and sink import the same sparkiq
 and confluent-kafka as the driver does.
 """
@@ -19,6 +21,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# The driver's address, pinned to loopback unless spark-submit started this process.
+_LOOPBACK = ("spark.driver.host", "spark.driver.bindAddress")
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 # Settings every sparkiq session gets; `conf` passed to `local_session` overrides them.
@@ -67,18 +71,26 @@ def register_data_sources(spark: SparkSession) -> None:
 def local_session(
     app_name: str = "sparkiq",
     *,
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     shuffle_partitions: int = 2,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession for *master*, on 127.0.0.1, with sparkiq's data sources registered.
+
+    *master* None is the master spark-submit was given when this process runs under
+    spark-submit (it started the JVM), else ``local[*]``.
 
     `shuffle_partitions` is small by default: on a 2-core machine each extra shuffle partition
     of a stateful query costs a state store task per micro-batch.
     """
     from pyspark.sql import SparkSession
 
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     settings: dict[str, str] = dict(_BASE_CONF)
+    if under_submit:
+        # spark-submit (Kubernetes, YARN) chose the driver's address; keep it.
+        for name in _LOOPBACK:
+            settings.pop(name)
     settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update(conf or {})
     if "spark.local.dir" not in settings:
@@ -89,7 +101,11 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and not under_submit:
+        master = "local[*]"
+    if master is not None:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -28,7 +28,15 @@ def test_faults_and_rebuilds_are_shown() -> None:
     meta = {
         "generation": 3,
         "nodes": [{"url": url, "active": [["items", 0], ["items", 1]]}],
-        "tables": [{"name": "items", "partitioner": "murmur2", "misplaced_records": 0}],
+        "tables": [
+            {
+                "name": "items",
+                "partitioner": "murmur2",
+                "misplaced_records": 0,
+                "newest_record_age_s": 0.84,
+                "last_batch_age_s": None,
+            }
+        ],
         "refused": [],
         "local": [
             {
@@ -64,6 +72,8 @@ def test_faults_and_rebuilds_are_shown() -> None:
     assert f"REBUILT: {url} items[1]: 2 time(s) from the changelog" in text
     row = next(line for line in text.splitlines() if " items " in line and "   0  " in line)
     assert "failed" in row  # the replica's row says its state
+    # Each node's freshness of each table: the newest record's age; no pipeline: "-".
+    assert f"{url:<28} {'items':<20} {'0.8 s':>13} {'-':>10}" in text.splitlines()
 
 
 def test_a_global_table_s_replicas_show_the_role_global() -> None:
@@ -89,5 +99,9 @@ def test_a_global_table_s_replicas_show_the_role_global() -> None:
     with httpx.Client(transport=httpx.MockTransport(answer)) as http:
         text = render_cluster([url], http=http)
     assert "table stores: partitioner murmur2, 0 misplaced records  (global: every node" in text
-    rows = {line.split()[1]: line.split()[3] for line in text.splitlines() if line.startswith(url)}
+    rows = {
+        line.split()[1]: line.split()[3]
+        for line in text.splitlines()
+        if line.startswith(url) and line.split()[2].isdigit()  # replicas (partition numbers)
+    }
     assert rows == {"items": "active", "stores": "global"}

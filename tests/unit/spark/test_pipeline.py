@@ -71,3 +71,12 @@ def test_a_query_that_stops_ends_the_wait_for_the_next_ones_first_batch(
     assert ctx._start(lambda: second) is second
     assert time.monotonic() - started < 5  # not the 30 s a first batch may take
     assert ctx.queries == [first, second]  # for the runner's watch, which fails or restarts
+
+
+def test_checkpoints_on_shared_storage_are_urls_under_the_root() -> None:
+    ctx = PipelineContext(
+        spark=cast(Any, None), bootstrap_servers="b", checkpoint_dir="hdfs://nn:8020/ckpt/"
+    )
+    assert ctx.checkpoint("table store-sales") == "hdfs://nn:8020/ckpt/table_store-sales"
+    local = PipelineContext(spark=cast(Any, None), bootstrap_servers="b", checkpoint_dir=Path("c"))
+    assert local.checkpoint("customers") == "c/customers"

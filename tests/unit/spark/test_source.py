@@ -15,6 +15,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from sparkiq.core.errors import ConfigError
 from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.connector import KAFKA_COLUMNS
 from sparkiq.spark.rangeread import OffsetRange
 from sparkiq.spark.source import KafkaStreamReader, SourceOptions, cap_offsets, group_ranges
 
@@ -123,6 +124,8 @@ def test_reads_every_record_including_the_unreported_tail(
     assert all(
         r.timestamp is not None and r.timestamp.timestamp() * 1000 > started_ms for r in rows
     )
+    # Kafka's numbering, as Spark's Kafka source gives it: 0 = the producer's create time.
+    assert {r.timestampType for r in rows} == {0}
     assert sum(p["numInputRows"] for p in query.recentProgress) == 33
 
 
@@ -366,4 +369,4 @@ def test_session_is_loopback_only_with_the_format_registered(spark: Any) -> None
         .option("subscribe", "t")
         .load()
     )
-    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
+    assert tuple(df.columns) == KAFKA_COLUMNS

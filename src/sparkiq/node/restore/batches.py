@@ -77,7 +77,16 @@ def _ignore_delete(key: bytes) -> None:
 class Run:
     """The records of one partition within one consumed batch, already in a write batch."""
 
-    __slots__ = ("batch", "example", "key_fn", "keys", "last", "misplaced", "replica")
+    __slots__ = (
+        "batch",
+        "example",
+        "key_fn",
+        "keys",
+        "last",
+        "last_time_ms",
+        "misplaced",
+        "replica",
+    )
 
     def __init__(self, replica: Target | None) -> None:
         self.replica = replica
@@ -93,6 +102,8 @@ class Run:
             [] if replica is not None and replica.table.has_fixed_placement else None
         )
         self.last: int | None = None  # offset of the run's last record (None: no record)
+        # Kafka timestamp (ms) of the run's last record; 0 when it has none.
+        self.last_time_ms = 0
         self.misplaced = 0  # records whose key the table's partitioner puts elsewhere
         self.example: bytes | None = None  # the wire key of the first of them
 
@@ -151,6 +162,7 @@ def split_batch(
         if p != partition or t != topic:
             if prev is not None and run is not None:
                 run.last = prev.offset()
+                run.last_time_ms = max(prev.timestamp()[1], 0)
             topic, partition, prev = t, p, None
             run = runs.get((t, p))
             if run is None:
@@ -187,5 +199,6 @@ def split_batch(
         prev = msg
     if prev is not None and run is not None:
         run.last = prev.offset()
+        run.last_time_ms = max(prev.timestamp()[1], 0)
     check_placement(runs)
     return runs, eofs

@@ -39,6 +39,9 @@ class PartitionStatus:
     fault: str | None = None  # why it is FAILED
     disk_full: bool = False  # FAILED for want of disk space: resumes once there is some
     rebuilds: int = 0  # times this node rebuilt the partition's store from the changelog
+    # Kafka timestamp (ms) of the newest record this replica applied since the node started
+    # (None: none yet): how fresh the replica is (`sparkiq.node.freshness`).
+    newest_record_ms: int | None = None
 
 
 class Replica:
@@ -55,6 +58,7 @@ class Replica:
         "key_fn",
         "measuring",
         "misplaced_logged",
+        "newest_record_ms",
         "position",
         "rebuilds",
         "role_epoch",
@@ -72,6 +76,7 @@ class Replica:
         self.store = store
         self.key_fn: StoreKeyFn | None = store_key_fn(table)
         self.misplaced_logged = False
+        self.newest_record_ms: int | None = None
         self.position = store.next_offset or 0
         self.end = self.position
         self.target: int | None = None  # true end measured when the active role arrived
@@ -186,4 +191,5 @@ class Replica:
             fault=None if self.fault is None else str(self.fault),
             disk_full=isinstance(self.fault, DiskFull),
             rebuilds=self.rebuilds,
+            newest_record_ms=self.newest_record_ms,
         )

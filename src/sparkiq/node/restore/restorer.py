@@ -391,6 +391,8 @@ class Restorer(Healing):
                         )
                         self.records_applied += count
                         replica.advance(last + 1)
+                        if run.last_time_ms > (replica.newest_record_ms or 0):
+                            replica.newest_record_ms = run.last_time_ms
                         if feed is not None and feed.watched(tp):
                             watched[tp] = (replica.key_fn, before, last)
                         if run.misplaced:

@@ -5,6 +5,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def test_active_once_the_under_reported_tail_is_applied(
     records: list[tuple[int, bytes | None, bytes | None]] = [
         (0, f"k{i:02d}".encode(), f"v{i}".encode()) for i in range(30)
     ]
+    produced_from_ms = time.time_ns() // 1_000_000
     produce(bootstrap, topic, records, flush_every=10)
+    produced_to_ms = time.time_ns() // 1_000_000
     probe = probe_consumer(bootstrap)
     try:
         _, reported = probe.get_watermark_offsets(CTopicPartition(topic, 0), timeout=10)
@@ -88,7 +91,13 @@ def test_active_once_the_under_reported_tail_is_applied(
     wait_for(lambda: all_in(restorer, [(topic, 0)], ReplicaState.ACTIVE), "active")
 
     st = restorer.status((topic, 0))
-    assert st == PartitionStatus((topic, 0), topic, ReplicaState.ACTIVE, 30, 30, 0)
+    assert st is not None
+    # The newest record applied: the last one's Kafka timestamp (its producer's clock).
+    assert st.newest_record_ms is not None
+    assert produced_from_ms <= st.newest_record_ms <= produced_to_ms
+    assert replace(st, newest_record_ms=None) == PartitionStatus(
+        (topic, 0), topic, ReplicaState.ACTIVE, 30, 30, 0
+    )
     assert len(contents(restorer, (topic, 0))) == 30
     assert reported <= 30  # 21 on the dev broker; 30 on real Kafka
 

@@ -1,0 +1,281 @@
+"""The Kafka connector choice: built-in where its classes are on the classpath, else sparkiq's.
+
+Spark's Kafka connector is not installed here (its jar comes from Maven), so these tests run
+what can run without it: the classpath check against the real JVM, the error for
+``builtin``, the columns of sparkiq's source against Spark's Kafka source schema, the
+options each connector gets, and the JVM's murmur2 partition column the built-in sink writes
+windowed changelogs with. Nothing stands in for the connector.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sparkiq.cli.main import KAFKA_CONNECTORS
+from sparkiq.core.errors import ConfigError
+from sparkiq.core.partitioner import partition_for
+from sparkiq.kafka.security import KafkaSecurity
+from sparkiq.spark.connector import (
+    BUILTIN_PROVIDER,
+    KAFKA_COLUMNS,
+    ConnectorMissingError,
+    KafkaConnector,
+    choose_connector,
+    class_on_classpath,
+    java_security,
+    sink_options,
+    source_options,
+)
+from sparkiq.spark.materialize import with_key_part_partition
+from sparkiq.spark.murmur2col import murmur2_partition
+from sparkiq.spark.pipeline import PipelineContext
+from sparkiq.spark.runner import RunSettings, spark_conf
+
+pytest_plugins = ["tests.support.spark"]
+
+# Spark's Kafka source schema with includeHeaders=true, as the Structured Streaming + Kafka
+# Integration Guide lists it (KafkaRecordToRowConverter): every field nullable.
+SPARK_KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+    ]
+)
+
+
+def _scala_binary_version() -> str:
+    """The Scala version of the installed PySpark's jars (from the scala-library jar name)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    (library,) = jars.glob("scala-library-*.jar")
+    return ".".join(library.stem.removeprefix("scala-library-").split(".")[:2])
+
+
+# -- the choice, against the real JVM -----------------------------------------------------
+
+
+@pytest.mark.spark
+def test_the_classpath_check_sees_what_the_jvm_can_load(spark: Any) -> None:
+    assert class_on_classpath(spark, "org.apache.spark.sql.SparkSession")
+    assert not class_on_classpath(spark, BUILTIN_PROVIDER)
+    # Spark itself agrees: its `kafka` format is missing too.
+    with pytest.raises(AnalysisException, match="KAFKA_DATA_SOURCE_NOT_ENABLED"):
+        spark.readStream.format("kafka").option("subscribe", "t").load()
+
+
+@pytest.mark.spark
+def test_auto_and_python_choose_sparkiqs_connector_without_the_builtin_one(spark: Any) -> None:
+    assert choose_connector(spark, KafkaConnector.AUTO) is KafkaConnector.PYTHON
+    assert choose_connector(spark, KafkaConnector.PYTHON) is KafkaConnector.PYTHON
+
+
+@pytest.mark.spark
+def test_builtin_without_the_connector_names_the_package_for_this_spark(spark: Any) -> None:
+    package = f"org.apache.spark:spark-sql-kafka-0-10_{_scala_binary_version()}:{spark.version}"
+    with pytest.raises(ConnectorMissingError) as caught:
+        choose_connector(spark, KafkaConnector.BUILTIN)
+    assert f"--packages {package}" in str(caught.value)
+    assert BUILTIN_PROVIDER in str(caught.value)
+
+
+@pytest.mark.spark
+def test_the_context_reads_the_same_columns_as_sparks_kafka_source(
+    spark: Any, tmp_path: Path
+) -> None:
+    def context(connector: KafkaConnector) -> PipelineContext:
+        return PipelineContext(
+            spark=spark,
+            bootstrap_servers="127.0.0.1:1",
+            checkpoint_dir=tmp_path,
+            kafka_connector=connector,
+        )
+
+    df = context(KafkaConnector.PYTHON).read("t")
+    assert df.schema == SPARK_KAFKA_SCHEMA
+    assert tuple(df.columns) == KAFKA_COLUMNS
+    # The built-in connector is asked for by its format name; Spark has no such format here.
+    with pytest.raises(AnalysisException, match="KAFKA_DATA_SOURCE_NOT_ENABLED"):
+        context(KafkaConnector.BUILTIN).read("t")
+
+
+def test_the_command_line_offers_every_connector() -> None:
+    assert tuple(c.value for c in KafkaConnector) == KAFKA_CONNECTORS
+
+
+@pytest.mark.spark
+def test_sparkiq_run_builtin_without_the_connector_fails_at_start_naming_it(
+    tmp_path: Path,
+) -> None:
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text("def pipeline(ctx):\n    raise AssertionError('not reached')\n")
+    args = ["run", str(pipeline), "--bootstrap-servers", "127.0.0.1:1"]
+    args += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--kafka-connector", "builtin"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkiq", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "not reached" not in done.stdout + done.stderr
+    assert "--packages org.apache.spark:spark-sql-kafka-0-10_" in done.stderr
+
+
+# -- the options each connector gets --------------------------------------------------------
+
+
+def test_builtin_source_options() -> None:
+    io = source_options(
+        KafkaConnector.BUILTIN,
+        bootstrap_servers="b:9092",
+        topics=("a", "b"),
+        starting_offsets="earliest",
+        max_offsets_per_trigger=500,
+    )
+    assert io.format == "kafka"
+    assert dict(io.options) == {
+        "kafka.bootstrap.servers": "b:9092",
+        "subscribe": "a,b",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "500",
+        "includeHeaders": "true",
+        "failOnDataLoss": "false",
+    }
+
+
+def test_python_source_options() -> None:
+    security = KafkaSecurity.from_pairs(["security.protocol=SSL"])
+    io = source_options(
+        KafkaConnector.PYTHON, bootstrap_servers="b:9092", topics=("a",), security=security
+    )
+    assert io.format == "sparkiq-kafka"
+    assert dict(io.options) == {
+        "bootstrap.servers": "b:9092",
+        "subscribe": "a",
+        "startingOffsets": "earliest",
+        "kafka.security.protocol": "SSL",
+    }
+
+
+def test_sink_options_of_each_connector() -> None:
+    builtin = sink_options(KafkaConnector.BUILTIN, bootstrap_servers="b:1", topic="t")
+    assert builtin.format == "kafka"
+    assert dict(builtin.options) == {
+        "topic": "t",
+        "kafka.bootstrap.servers": "b:1",
+        "kafka.acks": "all",
+    }
+    python = sink_options(KafkaConnector.PYTHON, bootstrap_servers="b:1", windowed_keys=True)
+    assert python.format == "sparkiq-kafka"
+    assert dict(python.options) == {"bootstrap.servers": "b:1", "windowedKeys": "true"}
+
+
+def test_auto_must_be_resolved_before_options_are_made() -> None:
+    with pytest.raises(ConfigError, match="choose_connector"):
+        sink_options(KafkaConnector.AUTO, bootstrap_servers="b:1")
+
+
+def test_librdkafka_security_becomes_java_client_settings() -> None:
+    security = KafkaSecurity.from_pairs(
+        [
+            "security.protocol=SASL_SSL",
+            "sasl.mechanisms=SCRAM-SHA-512",
+            "sasl.username=app",
+            'sasl.password=p"w',
+            "ssl.ca.location=/etc/ca.pem",
+        ]
+    )
+    assert java_security(security) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="p\\"w";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/etc/ca.pem",
+    }
+    io = source_options(
+        KafkaConnector.BUILTIN, bootstrap_servers="b", topics=("t",), security=security
+    )
+    assert io.options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+
+
+def test_security_the_java_client_cannot_take_is_a_clear_error() -> None:
+    security = KafkaSecurity.from_pairs(["security.protocol=SSL", "ssl.key.location=/k.pem"])
+    with pytest.raises(ConfigError, match=r"ssl.key.location.*--kafka-connector python"):
+        java_security(security)
+
+
+def test_packages_reach_spark_and_conf_wins(tmp_path: Path) -> None:
+    settings = RunSettings(
+        bootstrap_servers="b",
+        checkpoint_dir=tmp_path,
+        packages=("g:a:1", "g:b:2"),
+        spark_conf={"spark.x": "1"},
+    )
+    assert spark_conf(settings, tmp_path / "s") == {
+        "spark.local.dir": str(tmp_path / "s"),
+        "spark.jars.packages": "g:a:1,g:b:2",
+        "spark.x": "1",
+    }
+
+
+# -- murmur2 placement with the built-in sink -----------------------------------------------
+
+
+@pytest.mark.spark
+def test_the_jvm_murmur2_partition_equals_kafkas(spark: Any) -> None:
+    rnd = random.Random(7)
+    keys = [b"", b"a", b"ab", b"abc", b"abcd", b"\xff\xfe\x80\x00\x01", b"C00042"]
+    keys += [bytes(rnd.randrange(256) for _ in range(rnd.randrange(40))) for _ in range(300)]
+    df = spark.createDataFrame([(k,) for k in keys], "k binary")
+    counts = (1, 6, 7)
+    rows = df.select(*[murmur2_partition("k", n).alias(f"p{n}") for n in counts]).collect()
+    assert [tuple(row) for row in rows] == [
+        tuple(partition_for(k, n) for n in counts) for k in keys
+    ]
+
+
+@pytest.mark.spark
+def test_windowed_records_go_to_the_partition_of_their_key_part(spark: Any) -> None:
+    keys = [f"store-{i}".encode() for i in range(40)]
+    rows = [
+        (k + (1_763_000_000_000 + w * 60_000).to_bytes(8, "big"), b"v")
+        for k in keys
+        for w in range(3)
+    ]
+    records = spark.createDataFrame(rows, "key binary, value binary")
+    placed = with_key_part_partition(records, 6).collect()
+    assert placed[0].asDict().keys() == {"key", "value", "partition"}
+    assert {bytes(r.key): r.partition for r in placed} == {
+        key: partition_for(key[:-8], 6) for key, _ in rows
+    }
