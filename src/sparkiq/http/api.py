@@ -22,7 +22,7 @@ from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.http import aftersource, fanout, readloop, windows
+from sparkiq.http import aftersource, fanout, pipeline, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.guard import Gate, forbidden
@@ -238,6 +238,11 @@ class HttpApi:
             return ("tables", *self._simple(method, lambda: self._tables(identity)))
         elif path == "/v1/metadata":
             return ("metadata", *self._simple(method, self._metadata))
+        elif path == "/v1/pipeline":
+            return (
+                "pipeline",
+                *self._simple(method, lambda: pipeline.answer(self.view, identity, query)),
+            )
         elif path == "/v1/openapi.json":
             return ("openapi", *self._simple(method, lambda: rendered(self.settings)))
         elif path == "/healthz":

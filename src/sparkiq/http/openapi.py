@@ -288,6 +288,16 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             models.Metadata, "The cluster map.", _ON_NODE,
         ),
         _Operation(
+            "/v1/pipeline", "get", "pipeline", "cluster", "Watch the pipeline's queries",
+            "Every streaming query of the pipeline `sparkiq run` runs, as this node heard "
+            "of it (the topic `<app>.queries`): its latest micro-batch (batch id, input and "
+            "processing rates, duration, state rows, dead letters) and its batches since "
+            "`since_ms` (default: the last ten minutes). A query is listed to a caller who "
+            "may read every table it writes; one that writes no table, to a caller who may "
+            "read every table. No queries: no pipeline has published its progress yet.",
+            models.Pipeline, "The queries.", ("BadRequest", *_ON_NODE), ("SinceMs",),
+        ),
+        _Operation(
             OPENAPI_PATH, "get", "openapi", "operations", "This document",
             "The OpenAPI description of this API, with this node's limits.",
             {"type": "object"}, "The document.", _ON_OPS, open=True,
@@ -427,6 +437,10 @@ def _parameters(s: HttpSettings) -> JsonObject:
                        _LONG_MS),
         "WindowTo": ("query", "to",
                      "Latest window start (epoch ms, inclusive). Default: no bound.", _LONG_MS),
+        "SinceMs": ("query", "since_ms",
+                    "Only batches that finished after this time (epoch ms). Default: ten "
+                    "minutes before now.",
+                    {"type": "integer", "minimum": 0, "maximum": _LONG_MAX}),
         "RangeFrom": ("query", "from",
                       f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING),
         "RangeTo": ("query", "to", "Largest key (inclusive), written as in a path.", _STRING),

@@ -1,0 +1,54 @@
+// Line charts over time with the vendored uPlot (assets/uplot, MIT license).
+
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
+
+// A chart in `el` of `series` (labels) against time; `update(xs, ys)` redraws it with xs in
+// epoch ms and ys one array per series.
+export class TimeChart {
+  constructor(el, title, series, { height = 180, unit = "", bars = false } = {}) {
+    this.el = el;
+    this.el.classList.add("chart");
+    const width = Math.max(260, el.clientWidth || 480);
+    const opts = {
+      title,
+      width,
+      height,
+      legend: { live: false },
+      cursor: { drag: { x: false, y: false } },
+      scales: { x: { time: true } },
+      axes: [{}, { values: (u, ticks) => ticks.map((t) => fmt(t) + unit), size: 60 }],
+      series: [
+        {},
+        ...series.map((label, i) => ({
+          label,
+          stroke: COLORS[i % COLORS.length],
+          width: 2,
+          fill: bars ? COLORS[i % COLORS.length] + "33" : undefined,
+          points: { show: bars },
+          paths: bars && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8, 64] }) : undefined,
+        })),
+      ],
+    };
+    this.plot = new uPlot(opts, [[], ...series.map(() => [])], el);
+    this.resize = () => this.plot.setSize({ width: Math.max(260, el.clientWidth), height });
+    window.addEventListener("resize", this.resize);
+  }
+
+  update(xs, ys) {
+    this.plot.setData([xs.map((x) => x / 1000), ...ys]);
+  }
+
+  destroy() {
+    window.removeEventListener("resize", this.resize);
+    this.plot.destroy();
+  }
+}
+
+function fmt(n) {
+  if (n === null || n === undefined) return "";
+  const a = Math.abs(n);
+  if (a >= 1e9) return (n / 1e9).toFixed(1) + "G";
+  if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (a >= 1e4) return (n / 1e3).toFixed(0) + "k";
+  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+}
