@@ -3,12 +3,17 @@
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
 
 // A chart in `el` of `series` (labels) against time; `update(xs, ys)` redraws it with xs in
-// epoch ms and ys one array per series.
+// epoch ms and ys one array per series. With `twoScales`, a second series of another
+// magnitude (invoices beside sales) gets its own scale, on the right.
 export class TimeChart {
-  constructor(el, title, series, { height = 180, unit = "", bars = false } = {}) {
+  constructor(el, title, series, { height = 180, unit = "", bars = false, twoScales = false } = {}) {
     this.el = el;
     this.el.classList.add("chart");
     const width = Math.max(260, el.clientWidth || 480);
+    const scaleOf = (i) => (twoScales && series.length === 2 && i === 1 ? "y2" : "y");
+    const axis = (scale, side) => ({ scale, side, values: (u, ticks) => ticks.map((t) => fmt(t) + unit), size: 60 });
+    const axes = [{}, axis("y", 3)];
+    if (scaleOf(1) === "y2") axes.push({ ...axis("y2", 1), grid: { show: false } });
     const opts = {
       title,
       width,
@@ -16,16 +21,18 @@ export class TimeChart {
       legend: { live: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true } },
-      axes: [{}, { values: (u, ticks) => ticks.map((t) => fmt(t) + unit), size: 60 }],
+      axes,
       series: [
         {},
         ...series.map((label, i) => ({
           label,
+          scale: scaleOf(i),
           stroke: COLORS[i % COLORS.length],
           width: 2,
-          fill: bars ? COLORS[i % COLORS.length] + "33" : undefined,
+          // With bars, the first series is drawn as bars, the others as lines over them.
+          fill: bars && i === 0 ? COLORS[0] + "33" : undefined,
           points: { show: bars },
-          paths: bars && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8, 64] }) : undefined,
+          paths: bars && i === 0 ? uPlot.paths.bars({ size: [0.8, 64] }) : undefined,
         })),
       ],
     };

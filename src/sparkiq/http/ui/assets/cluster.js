@@ -59,6 +59,9 @@ function nodeTable(meta, alive) {
 }
 
 function partitionMap(meta) {
+  // The lags the nodes reported at the last rebalance, and this node's own, as of now.
+  const own = new Map(meta.local.map((r) => [`${r.table}/${r.partition}`, r.lag]));
+  const lagOf = (p, url) => (url === meta.node && own.has(`${p.table}/${p.partition}`) ? own.get(`${p.table}/${p.partition}`) : p.lags[url]);
   const parts = new Map();
   for (const p of meta.partitions) {
     if (!parts.has(p.table)) parts.set(p.table, []);
@@ -79,14 +82,14 @@ function partitionMap(meta) {
           h(
             "td",
             { class: "cell", "data-table": name, "data-partition": p.partition },
-            h("div", {}, chip(p.active, lagText(p.lags[p.active]))),
-            p.standbys.map((s) => h("div", { class: "standby" }, "standby ", chip(s, lagText(p.lags[s])))),
-            p.warming.map((w) => h("div", { class: "warming" }, "warming ", chip(w, lagText(p.lags[w])))),
+            h("div", {}, chip(p.active, lagText(lagOf(p, p.active)))),
+            p.standbys.map((s) => h("div", { class: "standby" }, "standby ", chip(s, lagText(lagOf(p, s))))),
+            p.warming.map((w) => h("div", { class: "warming" }, "warming ", chip(w, lagText(lagOf(p, w))))),
           ),
         ),
     ),
   );
-  const legend = h("p", { class: "muted" }, "Each cell: the active node, then standbys and warming nodes, each with its lag in offsets behind the changelog end as reported at the last rebalance. ", [...seen.keys()].map((u) => [chip(u), ` ${hostOf(u)} `]));
+  const legend = h("p", { class: "muted" }, "Each cell: the active node, then standbys and warming nodes, each with its lag in offsets behind the changelog end (this node's own replicas: now; the others': as they reported it at the last rebalance). ", [...seen.keys()].map((u) => [chip(u), ` ${hostOf(u)} `]));
   return [table(heads, rows, "map"), legend];
 }
 

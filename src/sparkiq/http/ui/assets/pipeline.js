@@ -30,8 +30,8 @@ export function pipelineView({ session, body }) {
         list.append(entry.card);
         entry.charts = [
           new TimeChart(entry.rates, "rows per second", ["input", "processed"]),
-          new TimeChart(entry.durations, "batch duration", ["ms"], { unit: " ms" }),
-          new TimeChart(entry.state, "state rows and dead letters", ["state rows", "dead letters (total)"]),
+          new TimeChart(entry.durations, "batch duration", ["seconds"], { unit: " s" }),
+          new TimeChart(entry.state, "state rows and dead letters", ["state rows", "dead letters (total)"], { twoScales: true }),
         ];
       }
       const last = entry.history.length ? entry.history[entry.history.length - 1] : null;
@@ -81,6 +81,6 @@ function show(entry, q, now) {
   );
   const xs = entry.history.map((x) => x.time_ms);
   entry.charts[0].update(xs, [entry.history.map((x) => x.input_rows_per_s), entry.history.map((x) => x.processed_rows_per_s)]);
-  entry.charts[1].update(xs, [entry.history.map((x) => x.batch_ms)]);
+  entry.charts[1].update(xs, [entry.history.map((x) => (x.batch_ms === null ? null : x.batch_ms / 1000))]);
   entry.charts[2].update(xs, [entry.history.map((x) => x.state_rows), entry.history.map((x) => x.dead_letters_total)]);
 }
