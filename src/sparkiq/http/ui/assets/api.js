@@ -64,3 +64,13 @@ export async function get(path, params = {}, signal) {
 export function segment(text) {
   return encodeURIComponent(text);
 }
+
+// GET /v1/metadata, with every list the views read present (empty when a node leaves one
+// out).
+export async function metadata(signal) {
+  const meta = await get("/v1/metadata", {}, signal);
+  for (const name of ["nodes", "partitions", "local", "tables", "refused"]) {
+    if (!Array.isArray(meta[name])) meta[name] = [];
+  }
+  return meta;
+}

@@ -1,6 +1,6 @@
 // The cluster: every node, the partition map (table x partition) and every replica's lag.
 
-import { get } from "./api.js";
+import { metadata } from "./api.js";
 import { h, hostOf, link, num, replace, section, table } from "./dom.js";
 
 const seen = new Map(); // node URL -> its label, for as long as the page is open
@@ -23,7 +23,7 @@ export function clusterView({ session, body }) {
   const heading = h("p", { class: "muted" });
   replace(body, h("h1", {}, "Cluster"), heading, section("Nodes", nodes), section("Partition map", map), section("This node's replicas", local));
   session.every(2000, async (signal) => {
-    const meta = await get("/v1/metadata", {}, signal);
+    const meta = await metadata(signal);
     const alive = new Set(meta.nodes.map((n) => n.url));
     [...meta.nodes.map((n) => n.url)].sort().forEach(label);
     heading.textContent = `Answered by ${meta.node} · group generation ${meta.generation} · ${meta.ready ? "ready" : "not ready"} · ${meta.tables.length} tables`;

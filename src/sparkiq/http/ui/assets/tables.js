@@ -1,6 +1,6 @@
 // Every table: kind, formats, partitions and freshness (applied offset vs changelog end).
 
-import { get } from "./api.js";
+import { get, metadata } from "./api.js";
 import { h, link, num, replace, table } from "./dom.js";
 import { offerTables } from "./app.js";
 
@@ -17,7 +17,7 @@ export function tablesView({ session, body }) {
     list,
   );
   session.every(3000, async (signal) => {
-    const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), get("/v1/metadata", {}, signal)]);
+    const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), metadata(signal)]);
     offerTables(doc.tables.map((t) => t.name));
     const rows = doc.tables.map((t) => row(t, meta));
     replace(list, doc.tables.length ? table(["table", "kind", "key", "value", "partitions", "partitioner", "applied / end (this node)", "active lag", "more"], rows, "tables") : h("p", { class: "muted" }, "No table is registered yet (or none you may read)."));
