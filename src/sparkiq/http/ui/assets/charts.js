@@ -20,7 +20,8 @@ export class TimeChart {
       height,
       legend: { live: false },
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true } },
+      // Bars are lengths: their scale starts at zero.
+      scales: { x: { time: true }, ...(bars ? { y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } } : {}) },
       axes,
       series: [
         {},
