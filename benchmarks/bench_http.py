@@ -8,13 +8,15 @@ Measures with wrk (-t1 -c32, random keys out of 100k) on 127.0.0.1:
   4. sparkiq, FORWARDED lookups                    -- a second node whose placements point to 3
 for each node variant asked for (`loop`: sparkiq's server on the node's loop; a suffix
 `-jwt`: with a bearer token on every request; `-depthN`: forwarding pipelines at most N
-requests per connection, 1 = none). Every server is started once and measured `--rounds`
-times in turn: this machine's speed drifts within minutes, so ratios are taken within a round
-and their median reported. It prints req/s, p50/p99, the servers' CPU time and context
-switches per request (from /proc: CPU moves less than req/s when other work shares the
-cores), the share of the machine's CPU time the hypervisor stole during each run
-(/proc/stat: on a shared VM, the runs it hits are the slow ones) and the ratios local/nginx
-and forwarded/local.
+requests per connection, 1 = none; `-console`: while it is measured, headless Chromium
+keeps the console open on the owner node, four views refreshing: the cluster, the tables,
+a page of the table and a key; needs Debian's chromium and playwright). Every server is
+started once and measured `--rounds` times in turn: this machine's speed drifts within
+minutes, so ratios are taken within a round and their median reported. It prints req/s,
+p50/p99, the servers' CPU time and context switches per request (from /proc: CPU moves
+less than req/s when other work shares the cores), the share of the machine's CPU time the
+hypervisor stole during each run (/proc/stat: on a shared VM, the runs it hits are the slow
+ones) and the ratios local/nginx and forwarded/local.
 
 `--pin` runs every server (nginx, the reference app, both nodes) on the last CPU and wrk on
 the others. Pinned, the CPU figures are steadier, but a pinned server cannot move away from
@@ -25,7 +27,7 @@ Requires `wrk` and `nginx` on PATH (Debian: `apt-get install -y wrk nginx`); the
 installs them with apt-get when it runs as root and they are missing.
 
     .venv/bin/python benchmarks/bench_http.py [--duration 5] [--rounds 3]
-        [--interfaces loop,loop-jwt,loop-depth1] [--pin]
+        [--interfaces loop,loop-jwt,loop-depth1,loop-console] [--pin]
 
 Every process it starts is stopped by PID. `serve-node` is the internal entry of a node
 process (a sparkiq HTTP server over a StaticView), not for direct use.
@@ -44,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -208,6 +212,7 @@ class NodeKind:
 
     jwt: bool  # a bearer token on every request
     pipeline_depth: int | None  # forwards pipelined per connection; None: the default
+    console: bool = False  # the console open on the owner while it is measured
 
 
 def node_kind(name: str) -> NodeKind:
@@ -220,9 +225,96 @@ def node_kind(name: str) -> NodeKind:
             depth = int(option[len("depth") :])
             if depth < 1:
                 raise SystemExit(f"{option!r} in {name!r}: the depth must be >= 1")
-        elif option != "jwt":
-            raise SystemExit(f"unknown interface option {option!r} in {name!r} (jwt, depthN)")
-    return NodeKind("jwt" in options, depth)
+        elif option not in ("jwt", "console"):
+            raise SystemExit(
+                f"unknown interface option {option!r} in {name!r} (jwt, depthN, console)"
+            )
+    return NodeKind("jwt" in options, depth, "console" in options)
+
+
+# The console's views kept open by `-console`, each in a tab of its own.
+CONSOLE_VIEWS = ("/ui/", "/ui/tables", "/ui/tables/bench?limit=100", "/ui/tables/bench/keys/k1")
+
+
+@contextmanager
+def console_open(port: int) -> Iterator[None]:
+    """Headless Chromium with the console's views open on the node at `port`, refreshing."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests.support import browser
+
+    reason = browser.missing()
+    if reason is not None:
+        raise SystemExit(f"-console: {reason}")
+    with browser.chromium() as chromium:
+        context = chromium.new_context()
+        for view in CONSOLE_VIEWS:
+            page = context.new_page()
+            page.goto(f"http://127.0.0.1:{port}{view}")
+            try:
+                page.locator("#status:has-text('updated')").wait_for(timeout=30_000)
+            except Exception as exc:
+                shown = page.locator("main").inner_text()[:500]
+                raise SystemExit(f"-console: {view} did not show: {shown!r}") from exc
+        yield
+        context.close()
+
+
+def _node_shaped() -> type[StaticView]:
+    """A StaticView whose /v1/metadata has a node's shape (what the console reads)."""
+    from sparkiq.http.testing import StaticView
+
+    class NodeShaped(StaticView):
+        def metadata(self) -> dict[str, object]:
+            partitions, local = [], []
+            for table in self.tables():
+                for p in range(table.partitions):
+                    placement = self.placement((table.topic, p))
+                    partitions.append(
+                        {
+                            "table": table.name,
+                            "topic": table.topic,
+                            "partition": p,
+                            "active": placement.active,
+                            "standbys": list(placement.standbys),
+                            "warming": [],
+                            "lags": {placement.active: 0},
+                            "misplaced": 0,
+                        }
+                    )
+                    found = self.local_active((table.topic, p))
+                    if found is not None:
+                        offset = found[1] or 0
+                        local.append(
+                            {
+                                "table": table.name,
+                                "partition": p,
+                                "state": "active",
+                                "position": offset,
+                                "end": offset,
+                                "lag": 0,
+                                "misplaced": 0,
+                                "fault": None,
+                                "rebuilds": 0,
+                            }
+                        )
+            actives = sorted({p["active"] for p in partitions if p["active"]})
+            return {
+                "node": self.url,
+                "generation": 1,
+                "ready": True,
+                "restored_records": KEYS,
+                "node_id": self.url,
+                "refused": [],
+                "tables": [self.table_summary(t) for t in self.tables()],
+                "partitions": partitions,
+                "nodes": [
+                    {"url": u, "active": [], "standby": [], "warming": [], "lags": {}}
+                    for u in actives
+                ],
+                "local": local,
+            }
+
+    return NodeShaped
 
 
 def bench_view(
@@ -230,11 +322,11 @@ def bench_view(
 ) -> tuple[StaticView, StoreRegistry | None]:
     """The view of a bench node at `url`: the active of every partition, over the stores in
     `state_dir` (and their registry, to close), or with `owner_url` the node that is."""
-    from sparkiq.http.testing import StaticView
     from sparkiq.node.store import StoreRegistry
 
+    node_shaped = _node_shaped()
     table = table_def()
-    view = StaticView(url, [table])
+    view = node_shaped(url, [table])
     if owner_url is not None:
         for p in range(PARTITIONS):
             view.set_placement((table.topic, p), owner_url)
@@ -396,6 +488,7 @@ class Server:
     prefix: str  # path prefix of the random keys
     pids: list[int]  # whose CPU time counts
     headers: list[str] | None = None
+    console_port: int | None = None  # the node to keep the console open on while measured
 
 
 def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result]]:
@@ -455,10 +548,17 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
                 procs.append(forwarder)
                 wait_port(owner_port, owner)
                 wait_port(fwd_port, forwarder)
-                headers = bearer_header() if node_kind(interface).jwt else None
+                kind = node_kind(interface)
+                headers = bearer_header() if kind.jwt else None
+                console = owner_port if kind.console else None
                 servers.append(
                     Server(
-                        f"sparkiq local {interface}", owner_port, key_prefix, [owner.pid], headers
+                        f"sparkiq local {interface}",
+                        owner_port,
+                        key_prefix,
+                        [owner.pid],
+                        headers,
+                        console,
                     )
                 )
                 # CPU of both nodes: the forwarder's work plus the owner's answer.
@@ -469,17 +569,20 @@ def bench(duration: int, interfaces: list[str], rounds: int) -> list[list[Result
                         key_prefix,
                         [forwarder.pid, owner.pid],
                         headers,
+                        console,
                     )
                 )
             out: list[list[Result]] = []
             for n in range(rounds):
                 print(f"round {n + 1} of {rounds} ...", flush=True)
-                out.append(
-                    [
-                        run_wrk(s.name, s.port, s.prefix, duration, work, s.pids, s.headers)
-                        for s in servers
-                    ]
-                )
+                results = []
+                for s in servers:
+                    port = s.console_port
+                    with console_open(port) if port is not None else nullcontext():
+                        results.append(
+                            run_wrk(s.name, s.port, s.prefix, duration, work, s.pids, s.headers)
+                        )
+                out.append(results)
         finally:
             for proc in reversed(procs):
                 stop(proc)
@@ -550,6 +653,19 @@ def report(rounds: list[list[Result]], load: tuple[tuple[float, ...], tuple[floa
                 f"[{interface}] rounds whose local and forwarded runs had < {CALM_STEAL:.0%}"
                 f" steal: {', '.join(str(n + 1) for n in both_calm)}; forwarded/local median"
                 f" {median(fwd_local[n] for n in both_calm):.2f}"
+            )
+    for interface in interfaces:
+        plain = interface.replace("-console", "")
+        if plain == interface or plain not in interfaces:
+            continue
+        for kind in ("local", "forwarded"):
+            ratios = [
+                by[f"sparkiq {kind} {interface}"].rps / by[f"sparkiq {kind} {plain}"].rps
+                for by in ({r.name: r for r in results} for results in rounds)
+            ]
+            print(
+                f"[{interface}] {kind} with the console open / without, per round"
+                f" {_list(ratios)}, median {median(ratios):.2f}"
             )
 
 

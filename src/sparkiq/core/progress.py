@@ -7,8 +7,13 @@ record of the sources before those offsets is then reflected in the changelog be
 ends, so a replica at or past the ends answers with it: that is how a read with
 `after_source=TOPIC:PARTITION:OFFSET` becomes a consistency token (`covering`).
 
-`PipelineProgress` keeps the recent batches of each table (a node's view of the progress
-topic, `sparkiq.kafka.progress`).
+Besides, after every micro-batch of every query (a table's or not), the pipeline records a
+`QueryBatch`: the figures a person watching the pipeline wants (batch id, input and
+processing rates, batch duration, rows in the query's state, dead letters). They are for the
+console's pipeline page (`GET /v1/pipeline`), not for consistency.
+
+`PipelineProgress` keeps the recent batches of each table and of each query (a node's view
+of the progress topics, `sparkiq.kafka.progress`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ SourcePosition = tuple[str, int, int]  # topic, partition, offset of a record
 # Batches kept per table: a read names a source offset it just produced, so the newest
 # batches answer it; an older offset is covered by the oldest batch kept (it is past it).
 KEEP_BATCHES = 1_000
+# Batches kept per query: ten minutes at one micro-batch a second, for the console's charts.
+KEEP_QUERY_BATCHES = 600
+# The observed metric a pipeline counts its dead letters in (`df.observe(..., F.sum(...)
+# .alias("dead_letters"))`): summed over every observation of a query that has one.
+DEAD_LETTERS_METRIC = "dead_letters"
 
 
 class BadProgress(ValueError):
@@ -74,6 +84,63 @@ class BatchProgress:
             raise BadProgress(f"not a progress record: {exc!r}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class QueryBatch:
+    """The figures of one finished micro-batch of a pipeline's streaming query."""
+
+    query: str  # the query's name
+    batch: int
+    time_ms: int  # when the pipeline saw the batch finish (epoch ms)
+    tables: tuple[str, ...] = ()  # the tables the query writes (none: a branch to topics)
+    input_rows: int = 0
+    input_rows_per_s: float = 0.0
+    processed_rows_per_s: float = 0.0
+    batch_ms: int | None = None  # the micro-batch's duration (Spark's triggerExecution)
+    state_rows: int | None = None  # rows in the query's state stores; None: stateless
+    dead_letters: int = 0  # counted by this batch (`DEAD_LETTERS_METRIC`)
+    dead_letters_total: int = 0  # counted since the pipeline started
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "query": self.query,
+                "batch": self.batch,
+                "time_ms": self.time_ms,
+                "tables": list(self.tables),
+                "input_rows": self.input_rows,
+                "input_rows_per_s": self.input_rows_per_s,
+                "processed_rows_per_s": self.processed_rows_per_s,
+                "batch_ms": self.batch_ms,
+                "state_rows": self.state_rows,
+                "dead_letters": self.dead_letters,
+                "dead_letters_total": self.dead_letters_total,
+            }
+        )
+
+    @staticmethod
+    def from_json(data: bytes) -> QueryBatch:
+        """A record of the queries topic; fields a later version adds are ignored, and the
+        figures an earlier one did not send take their defaults."""
+        try:
+            doc: Any = orjson.loads(data)
+            batch_ms, state_rows = doc.get("batch_ms"), doc.get("state_rows")
+            return QueryBatch(
+                query=str(doc["query"]),
+                batch=int(doc["batch"]),
+                time_ms=int(doc["time_ms"]),
+                tables=tuple(str(t) for t in doc.get("tables", ())),
+                input_rows=int(doc.get("input_rows", 0)),
+                input_rows_per_s=float(doc.get("input_rows_per_s", 0.0)),
+                processed_rows_per_s=float(doc.get("processed_rows_per_s", 0.0)),
+                batch_ms=None if batch_ms is None else int(batch_ms),
+                state_rows=None if state_rows is None else int(state_rows),
+                dead_letters=int(doc.get("dead_letters", 0)),
+                dead_letters_total=int(doc.get("dead_letters_total", 0)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadProgress(f"not a query progress record: {exc!r}") from exc
+
+
 def parse_source_positions(text: str) -> list[SourcePosition]:
     """`TOPIC:PARTITION:OFFSET[,...]` (the offsets of records a caller produced)."""
     out: list[SourcePosition] = []
@@ -94,10 +161,31 @@ class PipelineProgress:
     Written by the thread that follows the topic, read by the HTTP layer: thread-safe.
     """
 
-    def __init__(self, keep: int = KEEP_BATCHES) -> None:
+    def __init__(self, keep: int = KEEP_BATCHES, keep_queries: int = KEEP_QUERY_BATCHES) -> None:
         self._lock = threading.Lock()
         self._keep = keep
+        self._keep_queries = keep_queries
         self._tables: dict[str, deque[BatchProgress]] = {}
+        self._queries: dict[str, deque[QueryBatch]] = {}
+
+    def add_query(self, batch: QueryBatch) -> None:
+        """A finished micro-batch of a query. The same batch id as the last one kept replaces
+        it (a batch Spark ran again); a lower one means the query started anew (a new
+        checkpoint): the batches before are another run's, and are dropped."""
+        with self._lock:
+            kept = self._queries.get(batch.query)
+            if kept is None:
+                kept = self._queries[batch.query] = deque(maxlen=self._keep_queries)
+            elif kept and batch.batch == kept[-1].batch:
+                kept.pop()
+            elif kept and batch.batch < kept[-1].batch:
+                kept.clear()
+            kept.append(batch)
+
+    def queries(self) -> dict[str, list[QueryBatch]]:
+        """The recent batches of every query, oldest first, by query name."""
+        with self._lock:
+            return {name: list(kept) for name, kept in sorted(self._queries.items())}
 
     def add(self, batch: BatchProgress) -> None:
         with self._lock:

@@ -3,8 +3,9 @@
 It starts the dev broker, a generator writing point-of-sale invoices to `pos`, the Spark
 pipeline of `sparkiq/dev/pos/pipeline.py` (`sparkiq run`, local mode) and serving nodes; shows
 progress while the pipeline starts and catches up with the first invoices; then prints the
-node URLs and example queries that work (curl and `sparkiq get`), and keeps generating
-invoices until Ctrl-C or `--duration`. Everything binds to 127.0.0.1 and is stopped by PID.
+console's URL (`/ui/` on any node), the node URLs and example queries that work (curl and
+`sparkiq get`), and keeps generating invoices until Ctrl-C or `--duration`. Everything binds
+to 127.0.0.1 and is stopped by PID.
 """
 
 from __future__ import annotations
@@ -239,6 +240,10 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
     prime = next(c.card_no for c in gen.customers if c.kind == "PRIME")
     customer = gen.customers[0].card_no
     store = gen.stores[0]
+    click.echo(f"\nconsole (open it in a browser; any node serves it): {urls[0]}/ui/")
+    sales = f"{urls[0]}/ui/tables/store-sales/keys/{quote(store)}"
+    click.echo(f"    a store's sales per minute: {sales}")
+    click.echo(f"    the pipeline's queries: {urls[0]}/ui/pipeline")
     click.echo("\nnodes (any node answers any key):")
     for url in urls:
         click.echo(f"    {url}")

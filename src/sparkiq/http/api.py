@@ -4,11 +4,10 @@
 still percent-encoded path) and returns a `Response`; the loop server (`loopserver`) and the
 ASGI adapter only move bytes. This module parses and dispatches, and answers the
 single-partition endpoints (key, windows, owner) and the node's own ones (tables, metadata,
-health, metrics); `fanout` and `ranges` answer the endpoints that span partitions (multi-get;
-range and windows of many keys). The
-server and the adapter try `keypath` (the hot path for single-key GETs, `HttpApi.keys`) before
-`handle`; both read keys with `keypath.read_key` and go through the read loop
-(`readloop.read_one`) for whatever is not local.
+pipeline, health, metrics); `fanout` and `ranges` answer those that span partitions
+(multi-get; range and windows of many keys). The server and the adapter try `keypath` (the
+hot path for single-key GETs, `HttpApi.keys`) before `handle`; both read keys with
+`keypath.read_key` and go through the read loop (`readloop.read_one`) for what is not local.
 """
 
 from __future__ import annotations
@@ -18,12 +17,13 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 
 from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.http import aftersource, fanout, ranges, readloop, windows
+from sparkiq.http import aftersource, fanout, pipeline, ranges, readloop, windows
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.forward import Forwarder
 from sparkiq.http.guard import Gate, forbidden
@@ -244,6 +244,9 @@ class HttpApi:
             return ("tables", *self._simple(method, lambda: self._tables(identity)))
         elif path == "/v1/metadata":
             return ("metadata", *self._simple(method, self._metadata))
+        elif path == "/v1/pipeline":
+            reply = partial(pipeline.answer, self.view, identity, query)
+            return ("pipeline", *self._simple(method, reply))
         elif path == "/v1/openapi.json":
             return ("openapi", *self._simple(method, lambda: rendered(self.settings)))
         elif path == "/healthz":

@@ -21,12 +21,13 @@ from sparkiq.auth import Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
 from sparkiq.auth.cluster import CLUSTER_HEADER
 from sparkiq.http.api import HttpApi
+from sparkiq.http.console import Console, is_console_path
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.interface import Answer, Response, Stream
 from sparkiq.http.keyread import Pending
 from sparkiq.http.later import Deferred
 from sparkiq.http.requestid import REQUEST_ID, REQUEST_ID_HEADER
-from sparkiq.http.responses import error_response
+from sparkiq.http.responses import Outcome, error_response
 from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER, forwarded_headers
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ _BUDGET = BUDGET_HEADER.encode()
 _API_KEY = API_KEY_HEADER.encode()
 _CLUSTER = CLUSTER_HEADER.encode()
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
+_IF_NONE_MATCH = b"if-none-match"
+_CONSOLE = b"/ui"
 _WATCH = b"/watch"
 _CHANGES = b"/changes"
 
@@ -58,10 +61,12 @@ class NodeApp:
         HOPS_HEADER,
         BUDGET_HEADER,
         CLUSTER_HEADER,
+        "if-none-match",  # the console's files (`sparkiq.http.console`)
     )
 
-    def __init__(self, api: HttpApi) -> None:
+    def __init__(self, api: HttpApi, console: Console | None = None) -> None:
         self.api = api
+        self.console = console if console is not None else Console()
         self.gate = api.gate
         self.keys = api.keys
         self.max_body_bytes = api.settings.max_body_bytes
@@ -103,6 +108,11 @@ class NodeApp:
                 if isinstance(found, Pending):
                     found.app = self
                 return found
+        if path.startswith(_CONSOLE):
+            text = path.decode("latin-1")
+            if is_console_path(text):
+                etag = get(_IF_NONE_MATCH)
+                return self._console(method, text, query, etag)
         if method == "GET" and _is_watch(path):
             return self._watch(path, query, headers, admitted)
         return self._generic(method, path, query, headers, body, admitted)
@@ -124,6 +134,8 @@ class NodeApp:
             return admitted
         found = self._answer_now(target, hops, budget, admitted)
         if found is None:
+            if target.startswith(_CONSOLE) and is_console_path(text):
+                return self._console("GET", text, b"", None)
             headers = forwarded_headers(hops, budget, request_id)
             if _is_watch(target):
                 return self._watch(target, b"", headers, admitted)
@@ -156,6 +168,20 @@ class NodeApp:
         return self.api.watches.answer(
             path.decode("latin-1"), query.decode("latin-1"), text_headers, identity
         )
+
+    def _console(
+        self, method: str, path: str, query: bytes, if_none_match: bytes | None
+    ) -> Response:
+        """A request for the console's page or files (`sparkiq.http.console`), counted in
+        the metrics as the endpoint "console"."""
+        response = self.console.answer(
+            method,
+            path,
+            query.decode("latin-1"),
+            None if if_none_match is None else if_none_match.decode("latin-1"),
+        )
+        self.api.metrics.observe("console", Outcome.LOCAL, response.status, 0.0)
+        return response
 
     def refusal(self, status: int, message: str) -> Response:
         return error_response(status, _REFUSAL_CODES.get(status, ErrorCode.BAD_REQUEST), message)

@@ -10,10 +10,11 @@ dispatch see it:
 3. the internal forwarding headers (hops, budget) are honoured only on a request signed with
    the cluster credential, when the node has one: otherwise 403, so no one outside the
    cluster can pose as a forwarding node;
-4. the caller's credentials: an `Identity`, or 401 with `WWW-Authenticate: Bearer`. The
-   credentials are kept in `FORWARD_HEADERS` so a forwarded request carries the caller's own
-   identity to the owner, which checks it again: a caller can never read through another
-   node what it could not read there directly.
+4. the caller's credentials: an `Identity`, or 401 with `WWW-Authenticate: Bearer` (not for
+   the console's page and files, `/ui`, which hold no data: the page asks the API with the
+   caller's own credentials). The credentials are kept in `FORWARD_HEADERS` so a forwarded
+   request carries the caller's own identity to the owner, which checks it again: a caller
+   can never read through another node what it could not read there directly.
 
 Authorization (may this identity read this table?) happens where the table is known: the
 key path declines a table the identity may not read, and the generic path answers 403.
@@ -25,6 +26,7 @@ from contextvars import ContextVar
 
 from sparkiq.auth import EVERYONE, AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.http.console import is_console_path
 from sparkiq.http.errorcodes import ErrorCode
 from sparkiq.http.metrics import HttpMetrics
 from sparkiq.http.requestid import REQUEST_ID, accept_request_id, new_request_id
@@ -94,7 +96,7 @@ class Gate:
                     "(the cluster signature is missing or wrong)",
                 )
             )
-        if ops and not self.protect_ops:
+        if (ops and not self.protect_ops) or is_console_path(path):
             return _OPS
         found = self.authenticator.authenticate(authorization, api_key)
         if isinstance(found, str):

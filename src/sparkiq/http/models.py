@@ -311,6 +311,44 @@ class Metadata(BaseModel):
     local: list[LocalReplicaStatus]
 
 
+# -- the pipeline ----------------------------------------------------------------------------------
+
+
+class QueryFigures(BaseModel):
+    """One micro-batch of a streaming query, as `sparkiq run` reported it."""
+
+    batch: Count
+    time_ms: int = Field(description="When the batch finished (epoch ms, the pipeline's clock).")
+    input_rows: Count
+    input_rows_per_s: float = Field(ge=0)
+    processed_rows_per_s: float = Field(ge=0)
+    batch_ms: Count | None = Field(description="The batch's duration; null if Spark gave none.")
+    state_rows: Count | None = Field(
+        description="Rows in the query's state stores; null for a stateless query."
+    )
+    dead_letters: Count = Field(
+        description="Records this batch counted in an observed metric named `dead_letters`."
+    )
+    dead_letters_total: Count = Field(description="The same, since the pipeline started.")
+
+
+class PipelineQuery(BaseModel):
+    """One streaming query of the pipeline."""
+
+    name: str
+    tables: list[str] = Field(description="The tables it writes (none: a branch to topics).")
+    latest: QueryFigures
+    history: list[QueryFigures] = Field(description="Its batches since `since_ms`, oldest first.")
+
+
+class Pipeline(BaseModel):
+    """The pipeline's queries as the answering node heard of them."""
+
+    node: str = Field(description="URL of the node that answered.")
+    time_ms: int = Field(description="The node's clock when it answered (epoch ms).")
+    queries: list[PipelineQuery]
+
+
 # The models the document's schemas are made from (the others are inside these).
 DOCUMENTED: tuple[type[BaseModel], ...] = (
     ErrorAnswer,
@@ -324,6 +362,7 @@ DOCUMENTED: tuple[type[BaseModel], ...] = (
     RangeAnswer,
     WindowRangeAnswer,
     Metadata,
+    Pipeline,
 )
 
 

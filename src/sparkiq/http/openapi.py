@@ -293,6 +293,16 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             models.Metadata, "The cluster map.", _ON_NODE,
         ),
         _Operation(
+            "/v1/pipeline", "get", "pipeline", "cluster", "Watch the pipeline's queries",
+            "Every streaming query of the pipeline `sparkiq run` runs, as this node heard "
+            "of it (the topic `<app>.queries`): its latest micro-batch (batch id, input and "
+            "processing rates, duration, state rows, dead letters) and its batches since "
+            "`since_ms` (default: the last ten minutes). A query is listed to a caller who "
+            "may read every table it writes; one that writes no table, to a caller who may "
+            "read every table. No queries: no pipeline has published its progress yet.",
+            models.Pipeline, "The queries.", ("BadRequest", *_ON_NODE), ("SinceMs",),
+        ),
+        _Operation(
             OPENAPI_PATH, "get", "openapi", "operations", "This document",
             "The OpenAPI description of this API, with this node's limits.",
             {"type": "object"}, "The document.", _ON_OPS, open=True,

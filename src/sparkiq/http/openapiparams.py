@@ -81,6 +81,10 @@ def parameters(s: HttpSettings) -> JsonObject:
                         f"Windows per page (default and at most {s.max_windows}).",
                         {"type": "integer", "minimum": 1, "maximum": s.max_windows,
                          "default": s.max_windows}),
+        "SinceMs": ("query", "since_ms",
+                    "Only batches that finished after this time (epoch ms). Default: ten "
+                    "minutes before now.",
+                    {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}),
         "RangeFrom": ("query", "from",
                       f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING),
         "RangeTo": ("query", "to", "Largest key (inclusive), written as in a path.", _STRING),

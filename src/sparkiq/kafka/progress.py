@@ -1,4 +1,4 @@
-"""The progress topic: what each table's pipeline has committed, for read-your-writes.
+"""The progress topics: what each table's pipeline has committed, and how each query runs.
 
 The progress of application ``<app>`` is the single-partition topic ``<app>.progress``
 (compacted: each table's last record is enough for a node that starts; a running node keeps
@@ -8,6 +8,12 @@ micro-batch of each table's query (`ProgressPublisher`): key the table's name, v
 changelog once it was written). Every serving node follows the topic (`ProgressFollower`)
 into a `PipelineProgress`, which turns `after_source=TOPIC:PARTITION:OFFSET` into the
 changelog positions a replica must have reached.
+
+The figures of every query's micro-batches (`QueryBatch`: rates, duration, state rows, dead
+letters; for the console's pipeline page) go to a topic of their own, ``<app>.queries``
+(single partition, compacted, key the query's name), which the same follower reads: a node
+of an earlier version never sees a record it cannot parse, and a pipeline of an earlier
+version simply publishes none.
 """
 
 from __future__ import annotations
@@ -23,14 +29,20 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress
+from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress, QueryBatch
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
-__all__ = ["ProgressFollower", "ProgressPublisher", "ensure_progress_topic", "progress_topic"]
+__all__ = [
+    "ProgressFollower",
+    "ProgressPublisher",
+    "ensure_progress_topic",
+    "progress_topic",
+    "queries_topic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +57,25 @@ def progress_topic(app: str = DEFAULT_APP) -> str:
     return f"{app}.progress"
 
 
+def queries_topic(app: str = DEFAULT_APP) -> str:
+    """Name of the topic of the per-query figures of application *app*."""
+    return f"{app}.queries"
+
+
 def ensure_progress_topic(
     bootstrap: str, *, app: str = DEFAULT_APP, security: KafkaSecurity = PLAINTEXT
 ) -> str:
-    """Create the progress topic if it does not exist yet; returns its name."""
+    """Create the progress topic and the queries topic if they do not exist yet; returns the
+    progress topic's name."""
     topic = progress_topic(app)
-    create_topic(bootstrap, topic, 1, config=_TOPIC_CONFIG, exist_ok=True, security=security)
+    for name in (topic, queries_topic(app)):
+        create_topic(bootstrap, name, 1, config=_TOPIC_CONFIG, exist_ok=True, security=security)
     return topic
+
+
+# What the publisher's thread is given: a table's committed batch (table, batch id, sources
+# read up to), or a query's figures.
+_Item = tuple[str, int, dict[tuple[str, int], int]] | QueryBatch
 
 
 class ProgressPublisher:
@@ -74,13 +98,15 @@ class ProgressPublisher:
         self._table_of = table_of
         self._security = security
         self.topic = ensure_progress_topic(bootstrap, app=app, security=security)
+        self.queries_topic = queries_topic(app)
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "linger.ms": 0, **security.librdkafka_conf()}
         )
-        self._queue: queue.Queue[tuple[str, int, dict[tuple[str, int], int]] | None] = queue.Queue()
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sparkiq-progress", daemon=True)
         self._thread.start()
-        self.published = 0
+        self.published = 0  # tables' batch records
+        self.published_queries = 0  # queries' figures
 
     def batch_done(
         self, table_name: str, batch: int, sources: Mapping[str, Mapping[str, int]]
@@ -89,6 +115,11 @@ class ProgressPublisher:
         (topic -> partition -> next offset, as Spark reports a Kafka source's end)."""
         ends = {(t, int(p)): int(o) for t, parts in sources.items() for p, o in parts.items()}
         self._queue.put((table_name, batch, ends))
+
+    def query_done(self, figures: QueryBatch) -> None:
+        """A micro-batch of a query (any query, a table's or not) finished: publish its
+        figures (from Spark's listener thread too: this only queues)."""
+        self._queue.put(figures)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Publish what is queued, then stop."""
@@ -106,9 +137,15 @@ class ProgressPublisher:
                 if item is None:
                     return
                 try:
-                    self._publish(probe, *item)
+                    if isinstance(item, QueryBatch):
+                        self._publish_query(item)
+                    else:
+                        self._publish(probe, *item)
                 except Exception as exc:  # progress is best effort: the pipeline goes on
-                    log.warning("progress of %r batch %d not published: %s", *item[:2], exc)
+                    name, batch = (
+                        (item.query, item.batch) if isinstance(item, QueryBatch) else item[:2]
+                    )
+                    log.warning("progress of %r batch %d not published: %s", name, batch, exc)
         finally:
             probe.close()
 
@@ -129,9 +166,20 @@ class ProgressPublisher:
         self._producer.poll(0)
         self.published += 1
 
+    def _publish_query(self, figures: QueryBatch) -> None:
+        self._producer.produce(
+            self.queries_topic,
+            key=figures.query.encode(),
+            value=figures.to_json(),
+            partition=_PARTITION,
+        )
+        self._producer.poll(0)
+        self.published_queries += 1
+
 
 class ProgressFollower:
-    """Follows the progress topic into `progress` in a thread (a serving node's side)."""
+    """Follows the progress topic and the queries topic into `progress` in a thread (a
+    serving node's side)."""
 
     def __init__(
         self,
@@ -145,12 +193,13 @@ class ProgressFollower:
         self._app = app
         self._security = security
         self.topic = progress_topic(app)
+        self.queries_topic = queries_topic(app)
         self.progress = progress if progress is not None else PipelineProgress()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Create the topic if needed and start following it from its beginning."""
+        """Create the topics if needed and start following them from their beginning."""
         if self._thread is not None:
             return
         ensure_progress_topic(self._bootstrap, app=self._app, security=self._security)
@@ -178,7 +227,12 @@ class ProgressFollower:
             }
         )
         try:
-            consumer.assign([CTopicPartition(self.topic, _PARTITION, OFFSET_BEGINNING)])
+            consumer.assign(
+                [
+                    CTopicPartition(topic, _PARTITION, OFFSET_BEGINNING)
+                    for topic in (self.topic, self.queries_topic)
+                ]
+            )
             while not self._stopping.is_set():
                 try:
                     batch = consumer.consume(num_messages=1000, timeout=0.2)
@@ -196,9 +250,12 @@ class ProgressFollower:
                     if value is None:
                         continue
                     try:
-                        self.progress.add(BatchProgress.from_json(value))
+                        if msg.topic() == self.queries_topic:
+                            self.progress.add_query(QueryBatch.from_json(value))
+                        else:
+                            self.progress.add(BatchProgress.from_json(value))
                     except BadProgress as exc:
-                        log.warning("progress %s offset %s: %s", self.topic, msg.offset(), exc)
+                        log.warning("progress %s offset %s: %s", msg.topic(), msg.offset(), exc)
         finally:
             consumer.close()
 

@@ -38,6 +38,14 @@ class TableFreshness:
     def last_batch_age_s(self, now_ms: int) -> float | None:
         return _age_s(self.last_batch_ms, now_ms)
 
+    def fields(self, now_ms: int) -> dict[str, float]:
+        """`/v1/tables`' freshness fields; a field whose age is unknown is left out."""
+        ages = (
+            ("newest_record_age_s", self.newest_record_age_s(now_ms)),
+            ("last_batch_age_s", self.last_batch_age_s(now_ms)),
+        )
+        return {name: age for name, age in ages if age is not None}
+
 
 def _age_s(since_ms: int | None, now_ms: int) -> float | None:
     # Clocks of the pipeline's machine and this one may differ a little: never negative.

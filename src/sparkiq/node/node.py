@@ -303,14 +303,7 @@ class Node(Watching):
         """`table`'s public description with the misplaced records the cluster found and how
         fresh it is here (`sparkiq.node.freshness`)."""
         out = {**table.summary(), "misplaced_records": self.misplaced_records(table.name)}
-        fresh = self.freshness(table)
-        now_ms = time.time_ns() // 1_000_000
-        ages = (
-            ("newest_record_age_s", fresh.newest_record_age_s(now_ms)),
-            ("last_batch_age_s", fresh.last_batch_age_s(now_ms)),
-        )
-        out.update((name, age) for name, age in ages if age is not None)  # absent: unknown
-        return out
+        return {**out, **self.freshness(table).fields(time.time_ns() // 1_000_000)}
 
     def freshness(self, table: TableDef) -> TableFreshness:
         """The newest record this node applied of *table* and its pipeline's last batch."""

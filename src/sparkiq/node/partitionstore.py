@@ -39,7 +39,6 @@ from enum import Enum
 from pathlib import Path
 
 from rocksdict import (
-    AccessType,
     ColumnFamily,
     DBCompressionType,
     Options,
@@ -52,18 +51,15 @@ from sparkiq.core.errors import (
     CatalogError,
     DiskFull,
     StateDirLockedError,
-    StateDirMismatchError,
     StorageFault,
     StoreError,
 )
 from sparkiq.core.queries import Order
 from sparkiq.core.tables import TableDef
+from sparkiq.node.storemeta import META_CF, OFFSET_KEY, TABLE_KEY, compatible, mismatch
 
 log = logging.getLogger(__name__)
 
-_META_CF = "meta"
-_OFFSET_KEY = b"next_offset"
-_TABLE_KEY = b"table"
 # Records found in this partition although the table's partitioner puts their keys in
 # another one: kept with the checkpoint, so a restart that replays only the tail still knows.
 _MISPLACED_KEY = b"misplaced"
@@ -123,38 +119,6 @@ def _write_options(*, wal: bool) -> WriteOptions:
     return wo
 
 
-def compatible(a: TableDef, b: TableDef) -> bool:
-    """Whether data written for *a* can be served as *b* (descriptions may differ)."""
-    return (
-        a.topic == b.topic
-        and a.partitions == b.partitions
-        and a.key_format == b.key_format
-        and a.value_format == b.value_format
-        and a.kind == b.kind
-        and a.window_size_ms == b.window_size_ms
-        and a.key_schema == b.key_schema
-        and a.value_schema == b.value_schema
-    )
-
-
-def mismatch(path: Path, written: TableDef | str, wanted: TableDef) -> StateDirMismatchError:
-    """The error for a store at *path* written for another table (*written*) than *wanted*."""
-    if isinstance(written, TableDef):
-        what = (
-            f"table {written.name!r} (topic {written.topic!r}, {written.partitions} partitions, "
-            f"{written.kind.value}, keys {written.key_format.value}, "
-            f"values {written.value_format.value})"
-        )
-    else:
-        what = written
-    return StateDirMismatchError(
-        f"state dir {path} was written for {what}, not for table {wanted.name!r} "
-        f"(topic {wanted.topic!r}, {wanted.partitions} partitions, {wanted.kind.value}, "
-        f"keys {wanted.key_format.value}, values {wanted.value_format.value}); "
-        "delete it or pass another --state-dir"
-    )
-
-
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with *prefix* (None: no bound)."""
     stripped = prefix.rstrip(b"\xff")
@@ -187,7 +151,7 @@ class PartitionStore:
         self._on_fault = on_fault
         try:
             path.mkdir(parents=True, exist_ok=True)
-            self._db = Rdict(str(path), _options(), column_families={_META_CF: _options()})
+            self._db = Rdict(str(path), _options(), column_families={META_CF: _options()})
         except Exception as exc:
             if "LOCK" in str(exc):  # RocksDB names its lock file in the message
                 # The state dir's own lock (StoreRegistry.lock) keeps other nodes out, so this
@@ -198,11 +162,11 @@ class PartitionStore:
             raise storage_fault("opening", path, exc) from exc
         # Both the column family handle and the column family view keep the database (and
         # its LOCK file) alive until dropped, so `_release` drops them explicitly.
-        self._meta_cf: ColumnFamily | None = self._db.get_column_family_handle(_META_CF)
-        self._meta = self._db.get_column_family(_META_CF)
+        self._meta_cf: ColumnFamily | None = self._db.get_column_family_handle(META_CF)
+        self._meta = self._db.get_column_family(META_CF)
         try:
             self._check_table(path, table)
-            raw = self._meta.get(_OFFSET_KEY)
+            raw = self._meta.get(OFFSET_KEY)
             raw_misplaced = self._meta.get(_MISPLACED_KEY)
         except BaseException:
             self._release()
@@ -218,7 +182,7 @@ class PartitionStore:
         self._closed = False
 
     def _check_table(self, path: Path, table: TableDef) -> None:
-        raw = self._meta.get(_TABLE_KEY)
+        raw = self._meta.get(TABLE_KEY)
         if raw is not None:
             try:
                 written: TableDef | str = TableDef.from_json(raw)
@@ -229,7 +193,7 @@ class PartitionStore:
             if written == table:
                 return
         # New store, or a compatible definition whose free-text fields changed.
-        self._meta.put(_TABLE_KEY, table.to_json())
+        self._meta.put(TABLE_KEY, table.to_json())
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -403,7 +367,7 @@ class PartitionStore:
             raise StoreError(f"the store at {self.path} is closed; open it again from the registry")
         if wal:
             self.flush()
-        batch.put(_OFFSET_KEY, next_offset.to_bytes(8, "big"), self._meta_cf)
+        batch.put(OFFSET_KEY, next_offset.to_bytes(8, "big"), self._meta_cf)
         if misplaced:
             total = self._misplaced + misplaced
             batch.put(_MISPLACED_KEY, total.to_bytes(8, "big"), self._meta_cf)
@@ -505,31 +469,3 @@ class PartitionStore:
             f"PartitionStore({self.table.name!r}, partition={self.partition}, "
             f"next_offset={self._next_offset})"
         )
-
-
-def read_store_meta(path: Path) -> tuple[TableDef | None, int | None]:
-    """Table definition and checkpoint of a store that is not open (read-only, no lock)."""
-    try:
-        db = Rdict(
-            str(path),
-            Options(raw_mode=True),
-            column_families={_META_CF: Options(raw_mode=True)},
-            access_type=AccessType.read_only(False),
-        )
-    except Exception:
-        return None, None
-    try:
-        meta = db.get_column_family(_META_CF)
-        try:
-            raw_table = meta.get(_TABLE_KEY)
-            raw_offset = meta.get(_OFFSET_KEY)
-        finally:
-            meta.close()
-    finally:
-        db.close()
-    table: TableDef | None = None
-    if raw_table is not None:
-        with contextlib.suppress(CatalogError):
-            table = TableDef.from_json(raw_table)
-    offset = int.from_bytes(raw_offset, "big") if raw_offset is not None else None
-    return table, offset

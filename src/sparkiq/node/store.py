@@ -21,13 +21,8 @@ from pathlib import Path
 
 from sparkiq.core.errors import StateDirLockedError, StorageFault, StoreError
 from sparkiq.core.tables import TableDef
-from sparkiq.node.partitionstore import (
-    FaultListener,
-    PartitionStore,
-    compatible,
-    mismatch,
-    read_store_meta,
-)
+from sparkiq.node.partitionstore import FaultListener, PartitionStore
+from sparkiq.node.storemeta import compatible, mismatch, read_store_meta
 
 LOCK_FILE = ".lock"  # in the state dir: held by the one node that uses it
 QUARANTINE_DIR = ".quarantine"  # in the state dir: failed stores, the newest per partition

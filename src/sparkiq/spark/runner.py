@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from sparkiq.core.errors import SparkiqError
+from sparkiq.core.progress import DEAD_LETTERS_METRIC, QueryBatch
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.catalog import DEFAULT_APP, read_catalog
 from sparkiq.kafka.progress import ProgressPublisher
@@ -78,6 +79,8 @@ class RunSettings:
 
 # (query name, batch id, what the batch read: topic -> partition -> next offset)
 BatchListener = Callable[[str, int, dict[str, dict[str, int]]], None]
+# The figures of a query's finished micro-batch (its `tables` left for the caller to fill).
+QueryListener = Callable[[QueryBatch], None]
 
 
 class _Catalog:
@@ -99,10 +102,15 @@ class ProgressTracker(StreamingQueryListener):
 
     A Spark listener: Spark calls it once per finished micro-batch, so no batch is missed
     or counted twice, and the runner does not poll the queries for their progress.
+    `on_batch` hears of each batch's source offsets (read-your-writes), `on_query` of each
+    batch's figures (the console's pipeline page).
     """
 
-    def __init__(self, on_batch: BatchListener | None = None) -> None:
+    def __init__(
+        self, on_batch: BatchListener | None = None, on_query: QueryListener | None = None
+    ) -> None:
         self._on_batch = on_batch
+        self._on_query = on_query
         self._lock = threading.Lock()
         self._latest: dict[str, dict[str, Any]] = {}
         self._totals: dict[str, dict[str, dict[str, float]]] = {}
@@ -150,6 +158,9 @@ class ProgressTracker(StreamingQueryListener):
                 for key, value in values.items():
                     if isinstance(value, int | float):
                         into[key] = into.get(key, 0) + value
+            dead_total = _dead_letters(sums)
+        if self._on_query is not None:
+            self._on_query(_query_batch(name, progress, latest, observed, dead_total))
 
     def status(self, query: StreamingQuery) -> dict[str, Any]:
         """What a progress line shows about *query*, as plain JSON-able values."""
@@ -169,6 +180,42 @@ class ProgressTracker(StreamingQueryListener):
             "observed": latest.get("observed", {}),
             "observed_total": totals,
         }
+
+
+def _dead_letters(observed: Mapping[str, Mapping[str, Any]]) -> int:
+    """The dead letters counted in `observed` (metric -> column -> value)."""
+    return int(
+        sum(
+            value
+            for values in observed.values()
+            for column, value in values.items()
+            if column == DEAD_LETTERS_METRIC and isinstance(value, int | float)
+        )
+    )
+
+
+def _query_batch(
+    name: str,
+    progress: Any,
+    latest: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]],
+    dead_total: int,
+) -> QueryBatch:
+    """The figures of a finished micro-batch (Spark's `StreamingQueryProgress`)."""
+    operators = list(getattr(progress, "stateOperators", None) or [])
+    batch_ms = latest["batch_ms"]
+    return QueryBatch(
+        query=name,
+        batch=int(progress.batchId),
+        time_ms=int(time.time() * 1000),
+        input_rows=int(latest["input_rows"] or 0),
+        input_rows_per_s=latest["input_rows_per_s"],
+        processed_rows_per_s=latest["processed_rows_per_s"],
+        batch_ms=None if batch_ms is None else int(batch_ms),
+        state_rows=sum(int(op.numRowsTotal) for op in operators) if operators else None,
+        dead_letters=_dead_letters(observed),
+        dead_letters_total=dead_total,
+    )
 
 
 def _offsets(end_offset: Any) -> dict[str, Any] | None:
@@ -256,7 +303,11 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         for table in tables_of_query.get(query, ()):
             publisher.batch_done(table, batch, read)
 
-    tracker = ProgressTracker(on_batch)
+    def on_query(figures: QueryBatch) -> None:
+        tables = tuple(tables_of_query.get(figures.query, ()))
+        publisher.query_done(replace(figures, tables=tables))
+
+    tracker = ProgressTracker(on_batch, on_query)
     spark.streams.addListener(tracker)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -6,6 +6,7 @@ from sparkiq.core.progress import (
     BadProgress,
     BatchProgress,
     PipelineProgress,
+    QueryBatch,
     parse_source_positions,
 )
 
@@ -58,3 +59,30 @@ def test_only_the_newest_batches_are_kept() -> None:
     for n in range(1, 5):
         progress.add(batch(n, n * 10, {0: n}))
     assert progress.covering("rewards", [("pos", 0, 0)]) == {0: 3}
+
+
+def figures(n: int, query: str = "routes", time_ms: int = 0) -> QueryBatch:
+    return QueryBatch(query, n, time_ms or 1000 + n, ("rewards",), 10, 2.5, 4.0, 300, 12, 1, n)
+
+
+def test_query_figures_round_trip_and_an_older_record_takes_the_defaults() -> None:
+    f = figures(4)
+    assert QueryBatch.from_json(f.to_json()) == f
+    old = QueryBatch.from_json(b'{"query":"q","batch":1,"time_ms":5,"later_field":[1]}')
+    assert old == QueryBatch("q", 1, 5)
+    for bad in (b"[", b"{}", b'{"query":"q","batch":"x","time_ms":1}'):
+        with pytest.raises(BadProgress):
+            QueryBatch.from_json(bad)
+
+
+def test_query_batches_are_kept_per_query_and_a_new_run_replaces_the_old() -> None:
+    progress = PipelineProgress(keep_queries=3)
+    for n in range(5):
+        progress.add_query(figures(n))
+    progress.add_query(figures(7, "customers"))
+    progress.add_query(figures(4, time_ms=2000))  # the same batch again: replaces it
+    kept = progress.queries()
+    assert list(kept) == ["customers", "routes"]
+    assert [(b.batch, b.time_ms) for b in kept["routes"]] == [(2, 1002), (3, 1003), (4, 2000)]
+    progress.add_query(figures(0))  # a query started anew: the old run's batches go
+    assert [b.batch for b in progress.queries()["routes"]] == [0]

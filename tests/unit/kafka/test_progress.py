@@ -5,9 +5,15 @@ from __future__ import annotations
 import time
 import uuid
 
+from sparkiq.core.progress import QueryBatch
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
-from sparkiq.kafka.progress import ProgressFollower, ProgressPublisher, progress_topic
+from sparkiq.kafka.progress import (
+    ProgressFollower,
+    ProgressPublisher,
+    progress_topic,
+    queries_topic,
+)
 from tests.support.e2e import produce_seeded
 
 
@@ -39,3 +45,28 @@ def test_a_committed_batch_reaches_a_follower_with_the_changelog_end(bootstrap: 
     assert follower.progress.latest("unknown-table") is None
     assert publisher.published == 1
     assert follower.topic == progress_topic(app)
+
+
+def test_query_figures_reach_a_follower_through_their_own_topic(bootstrap: str) -> None:
+    app = f"queries{uuid.uuid4().hex[:8]}"
+    follower = ProgressFollower(bootstrap, app=app)
+    follower.start()
+    publisher = ProgressPublisher(bootstrap, {}.get, app=app)
+    sent = [
+        QueryBatch("routes", n, 1_000 + n, (), 50, 49.5, 120.0, 410, None, n % 2, n)
+        for n in range(3)
+    ]
+    try:
+        for figures in sent:
+            publisher.query_done(figures)
+        deadline = time.monotonic() + 20
+        while len(follower.progress.queries().get("routes", ())) < len(sent):
+            assert time.monotonic() < deadline, "the figures never reached the follower"
+            time.sleep(0.05)
+    finally:
+        publisher.close()
+        follower.stop()
+    assert follower.progress.queries() == {"routes": sent}
+    assert follower.progress.latest("routes") is None  # not a table's batch
+    assert (publisher.published, publisher.published_queries) == (0, 3)
+    assert follower.queries_topic == queries_topic(app) == f"{app}.queries"

@@ -1,0 +1,264 @@
+"""End to end: the console in a real browser (headless Chromium, Playwright) against three
+`sparkiq serve` processes over seeded data, and a node that asks for credentials.
+
+Every view is opened by its URL on some node and checked against the oracle of what was
+written (tests/support/consoledata.py); after each, the browser's console must hold no
+error. Skipped, saying why, where Debian's chromium or playwright is missing (scripts/test
+installs chromium when it runs as root).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from sparkiq.core.tables import TableDef, TableKind
+from sparkiq.dev.localcluster import LocalCluster
+from sparkiq.kafka.catalog import register_table
+from tests.support import browser
+from tests.support.auth import CLUSTER_SECRET, SECRET, hs256, write
+from tests.support.consoledata import ITEMS, SALES, WINDOW_MS, ConsoleData, seed
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(browser.missing() is not None, reason=f"{browser.missing()}"),
+]
+
+WAIT_MS = 30_000
+# What a page's console says of an answer the test asked for (a 401 before signing in, a
+# 403 for a table the token does not grant): the browser logs every 4xx as an error.
+ASKED_FOR = re.compile(r"Failed to load resource: the server responded with a status of 40[13]")
+
+
+@pytest.fixture(scope="module")
+def served(
+    bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalCluster, ConsoleData]]:
+    work = tmp_path_factory.mktemp("console")
+    app = f"console{int(time.time() * 1000) % 10**9}"
+    data = seed(bootstrap, app)
+    cluster = LocalCluster(bootstrap, work / "nodes", nodes=3, app=app)
+    cluster.start()
+    try:
+        cluster.wait_ready(120)
+        yield cluster, data
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def secured(
+    bootstrap: str,
+    served: tuple[LocalCluster, ConsoleData],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LocalCluster]:
+    """One node that asks for a bearer token, serving the same changelogs in an app of its own."""
+    work = tmp_path_factory.mktemp("console-secured")
+    app = f"consec{int(time.time() * 1000) % 10**9}"
+    topic = served[0].app + "-"
+    register_table(bootstrap, TableDef(ITEMS, topic + "items", 6), app=app)
+    sales = TableDef(SALES, topic + "sales", 4, kind=TableKind.WINDOWED, window_size_ms=WINDOW_MS)
+    register_table(bootstrap, sales, app=app)
+    auth_args = [
+        "--jwt-secret-file", str(write(work / "jwt.secret", SECRET)),
+        "--cluster-secret-file", str(write(work / "cluster.secret", CLUSTER_SECRET)),
+    ]  # fmt: skip
+    token = hs256("*")
+    cluster = LocalCluster(
+        bootstrap,
+        work / "nodes",
+        nodes=1,
+        app=app,
+        auth_args=auth_args,
+        headers={"authorization": f"Bearer {token}"},
+    )
+    cluster.start()
+    try:
+        cluster.wait_ready(120)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[browser.Browser]:
+    with browser.chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(chromium: browser.Browser) -> Iterator[browser.Watched]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        watched = browser.watch(context.new_page())
+        watched.page.set_default_timeout(WAIT_MS)
+        yield watched
+    finally:
+        context.close()
+
+
+def no_errors(page: browser.Watched, allowed: re.Pattern[str] | None = None) -> None:
+    errors = [e for e in page.take_errors() if allowed is None or not allowed.search(e)]
+    assert errors == [], errors
+
+
+def test_the_start_page_names_every_node_and_table(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, _ = served
+    p = page.page
+    p.goto(f"{cluster.urls[1]}/ui/")
+    for url in cluster.urls:
+        row = p.locator(f'tr[data-node="{url}"]')
+        row.wait_for()
+        assert "alive" in row.inner_text()
+    for table, partitions in ((ITEMS, 6), (SALES, 4)):
+        cells = p.locator(f'td.cell[data-table="{table}"]')
+        cells.nth(partitions - 1).wait_for()
+        assert cells.count() == partitions
+        # Every cell names the partition's active node.
+        for i in range(partitions):
+            assert re.match(r"n[1-3]", cells.nth(i).inner_text())
+    no_errors(page)
+    # The tables page, reached by its link without reloading the page.
+    p.click("nav >> text=Tables")
+    p.wait_for_url(re.compile(r"/ui/tables$"))
+    for table, kind in ((ITEMS, "kv"), (SALES, "windowed")):
+        row = p.locator(f'tr[data-table="{table}"]')
+        row.wait_for()
+        assert kind in row.inner_text()
+    no_errors(page)
+
+
+def test_a_keys_deep_link_shows_its_value_from_any_node(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, data = served
+    p = page.page
+    keys = sorted(data.items.latest)[:3]
+    for url, key in zip(cluster.urls, keys, strict=True):
+        p.goto(f"{url}/ui/tables/{ITEMS}/keys/{quote(key, safe='')}")
+        value = p.locator("pre.json:not(:empty)")
+        value.wait_for()
+        assert json.loads(value.inner_text()) == data.items.latest[key]
+        facts = p.locator("dl.facts").inner_text()
+        assert re.search(rf"partition\s+{data.items.partition_of[key]}\b", facts), facts
+        curl = p.locator("pre.curl").inner_text()
+        assert curl == f"curl -s '{url}/v1/tables/{ITEMS}/keys/{key}'"
+        no_errors(page)
+
+
+def test_a_range_browse_pages_forward_and_back(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, data = served
+    p = page.page
+    want = [k for k in sorted(data.items.latest) if k.startswith("k0001")]
+    pages = [want[i : i + 10] for i in range(0, 30, 10)]
+
+    from playwright.sync_api import expect  # not at import: the module may be skipped
+
+    def wait_for(keys: list[str]) -> None:
+        expect(p.locator("table.items tbody tr td:first-child")).to_have_text(keys)
+
+    p.goto(f"{cluster.urls[2]}/ui/tables/{ITEMS}?prefix=k0001&limit=10")
+    wait_for(pages[0])
+    for expected in pages[1:]:
+        p.click("button.next")
+        wait_for(expected)
+    p.click("button.prev")
+    wait_for(pages[1])
+    p.click("button.prev")
+    wait_for(pages[0])
+    assert p.locator("button.prev").is_disabled()
+    no_errors(page)
+
+
+def test_a_windowed_keys_chart_renders(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, data = served
+    p = page.page
+    store = "S2"
+    windows = data.sales[store]
+    p.goto(f"{cluster.urls[0]}/ui/tables/{SALES}/keys/{store}")
+    canvas = p.locator(".chart-box canvas")
+    canvas.wait_for()
+    box = canvas.bounding_box()
+    assert box is not None
+    assert box["width"] > 200
+    assert box["height"] > 100
+    # The chart has one series per numeric field, and the table under it the latest windows.
+    legend = p.locator(".chart-box .u-legend").inner_text()
+    assert "sales" in legend
+    assert "invoices" in legend
+    p.locator("table.items tbody tr").first.wait_for()
+    rows = p.locator("table.items tbody tr").all_inner_texts()
+    latest = sorted(windows)[-len(rows) :][::-1]
+    assert [json.loads(r.split("\t")[-1]) for r in rows] == [windows[s] for s in latest]
+    assert f"{len(windows)} windows" in p.locator(".view").inner_text()
+    no_errors(page)
+
+
+def test_the_pipeline_page_shows_every_query(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, data = served
+    p = page.page
+    p.goto(f"{cluster.urls[1]}/ui/pipeline")
+    for name, batches in data.queries.items():
+        card = p.locator(f'section.query[data-query="{name}"]')
+        card.wait_for()
+        text = card.inner_text()
+        last = batches[-1]
+        assert f"{last.batch} (" in text
+        assert f"{last.dead_letters_total} since start" in text
+        assert card.locator("canvas").count() == 3
+    no_errors(page)
+
+
+def test_a_node_with_authentication_asks_for_a_token_then_shows_the_data(
+    secured: LocalCluster, served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    _, data = served
+    url = secured.urls[0]
+    p = page.page
+    p.goto(f"{url}/ui/tables")
+    form = p.locator("form.signin")
+    form.wait_for()
+    assert "401" in form.inner_text()
+    token = hs256([ITEMS])  # items only
+    p.fill("input[name=credential]", token)
+    p.click("form.signin button")
+    row = p.locator(f'tr[data-table="{ITEMS}"]')
+    row.wait_for()
+    assert p.locator(f'tr[data-table="{SALES}"]').count() == 0  # not granted: not listed
+    # The token is kept for the tab only, and never put in a URL.
+    stored = p.evaluate("Object.values(sessionStorage).join(' ')")
+    assert token in stored
+    assert p.evaluate("Object.values(localStorage).length") == 0
+    assert token not in p.url
+    key = sorted(data.items.latest)[5]
+    p.goto(f"{url}/ui/tables/{ITEMS}/keys/{key}")
+    value = p.locator("pre.json:not(:empty)")
+    value.wait_for()
+    assert json.loads(value.inner_text()) == data.items.latest[key]
+    assert "$SPARKIQ_TOKEN" in p.locator("pre.curl").inner_text()
+    # A table the token does not grant: the 403, plainly.
+    p.goto(f"{url}/ui/tables/{SALES}/keys/S1")
+    banner = p.locator(".banner")
+    banner.wait_for()
+    assert banner.inner_text().startswith("403 forbidden")
+    no_errors(page, ASKED_FOR)
+
+
+def test_the_page_is_public_and_the_api_is_not(secured: LocalCluster) -> None:
+    url = secured.urls[0]
+    assert httpx.get(f"{url}/ui/").status_code == 200
+    assert httpx.get(f"{url}/v1/tables").status_code == 401
