@@ -319,7 +319,19 @@ def check_values(node: NodeProcess, n: int, count: int) -> list[str]:
 
 # -- lookups ---------------------------------------------------------------------------------
 
-LUA = """
+# The end of every wrk script: prints wrk's summary as one JSON line.
+LUA_DONE = """done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'RESULT {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
+    '"errors": %%d, "non2xx": %%d}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+# Random keys 0..n-1 of a table (n = 0: the prefix alone, e.g. /healthz).
+LUA = (
+    """
 math.randomseed(%(seed)d)
 local n = %(keys)d
 local prefix = "%(prefix)s"
@@ -329,15 +341,21 @@ request = function()
   end
   return wrk.format("GET", prefix .. string.format("%%010d", math.random(0, n - 1)))
 end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'RESULT {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
-    '"errors": %%d, "non2xx": %%d}\\n',
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    e.connect + e.read + e.write + e.timeout, e.status))
+"""
+    + LUA_DONE
+)
+# Random keys out of a given list of key numbers (`Subject.picks`).
+LUA_PICKS = (
+    """
+math.randomseed(%(seed)d)
+local picks = {%(picks)s}
+local prefix = "%(prefix)s"
+request = function()
+  return wrk.format("GET", prefix .. string.format("%%010d", picks[math.random(#picks)]))
 end
 """
+    + LUA_DONE
+)
 
 
 @dataclass
@@ -356,11 +374,17 @@ class Subject:
     name: str
     prefix: str  # the path; random keys' digits are appended unless keys == 0
     keys: int
+    # Only these key numbers (of 0..keys-1), e.g. the keys of the partitions a node owns.
+    picks: tuple[int, ...] = ()
 
 
 def wrk(subject: Subject, port: int, duration: int, pid: int, workdir: Path) -> Run:
     script = workdir / f"{subject.name}.lua"
-    script.write_text(LUA % {"seed": 42, "keys": subject.keys, "prefix": subject.prefix})
+    template = LUA_PICKS if subject.picks else LUA
+    picks = ",".join(map(str, subject.picks))
+    script.write_text(
+        template % {"seed": 42, "keys": subject.keys, "prefix": subject.prefix, "picks": picks}
+    )
     cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", "-s", str(script), f"http://127.0.0.1:{port}"]
     subprocess.run([*cmd, "-d1s"], capture_output=True, check=True)  # warm-up
     cpu0 = cpu_seconds([pid])
