@@ -21,25 +21,21 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from typing import Any
 
 from sparkiq.core.errors import SparkiqError
-from sparkiq.core.progress import DEAD_LETTERS_METRIC, QueryBatch
+from sparkiq.core.progress import QueryBatch
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.catalog import DEFAULT_APP, read_catalog
 from sparkiq.kafka.progress import ProgressPublisher
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, choose_connector
+from sparkiq.spark.listener import ProgressTracker
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
-
-if TYPE_CHECKING:
-    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +73,6 @@ class RunSettings:
     duration_s: float | None = None
 
 
-# (query name, batch id, what the batch read: topic -> partition -> next offset)
-BatchListener = Callable[[str, int, dict[str, dict[str, int]]], None]
-# The figures of a query's finished micro-batch (its `tables` left for the caller to fill).
-QueryListener = Callable[[QueryBatch], None]
-
-
 class _Catalog:
     """Table definitions by name, read from the catalog again when one is missing."""
 
@@ -95,137 +85,6 @@ class _Catalog:
             s = self._settings
             self._tables = read_catalog(s.bootstrap_servers, app=s.app, security=s.kafka_security)
         return self._tables.get(name)
-
-
-class ProgressTracker(StreamingQueryListener):
-    """Every query's latest progress and its observed metrics summed since start.
-
-    A Spark listener: Spark calls it once per finished micro-batch, so no batch is missed
-    or counted twice, and the runner does not poll the queries for their progress.
-    `on_batch` hears of each batch's source offsets (read-your-writes), `on_query` of each
-    batch's figures (the console's pipeline page).
-    """
-
-    def __init__(
-        self, on_batch: BatchListener | None = None, on_query: QueryListener | None = None
-    ) -> None:
-        self._on_batch = on_batch
-        self._on_query = on_query
-        self._lock = threading.Lock()
-        self._latest: dict[str, dict[str, Any]] = {}
-        self._totals: dict[str, dict[str, dict[str, float]]] = {}
-
-    def onQueryStarted(self, event: Any) -> None:
-        return None
-
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        name = str(progress.name)
-        ends = [_offsets(source.endOffset) for source in progress.sources or []]
-        end_offset = ends[0] if ends else None
-        if self._on_batch is not None:
-            read: dict[str, dict[str, int]] = {}
-            for each in ends:
-                for topic, parts in (each or {}).items():
-                    if isinstance(parts, dict):
-                        read.setdefault(topic, {}).update(parts)
-            if read:
-                self._on_batch(name, int(progress.batchId), read)
-        observed = {
-            metric: row.asDict() if hasattr(row, "asDict") else dict(row)
-            for metric, row in (progress.observedMetrics or {}).items()
-        }
-        latest = {
-            "batch": progress.batchId,
-            "input_rows": progress.numInputRows,
-            "input_rows_per_s": round(float(progress.inputRowsPerSecond or 0.0), 1),
-            "processed_rows_per_s": round(float(progress.processedRowsPerSecond or 0.0), 1),
-            "batch_ms": (progress.durationMs or {}).get("triggerExecution"),
-            "end_offsets": end_offset if isinstance(end_offset, dict) else None,
-            "observed": observed,
-        }
-        with self._lock:
-            self._latest[name] = latest
-            sums = self._totals.setdefault(name, {})
-            for metric, values in observed.items():
-                into = sums.setdefault(metric, {})
-                for key, value in values.items():
-                    if isinstance(value, int | float):
-                        into[key] = into.get(key, 0) + value
-            dead_total = _dead_letters(sums)
-        if self._on_query is not None:
-            self._on_query(_query_batch(name, progress, latest, observed, dead_total))
-
-    def status(self, query: StreamingQuery) -> dict[str, Any]:
-        """What a progress line shows about *query*, as plain JSON-able values."""
-        with self._lock:
-            latest = dict(self._latest.get(query.name, {}))
-            totals = {k: dict(v) for k, v in self._totals.get(query.name, {}).items()}
-        return {
-            "name": query.name,
-            "id": str(query.id),
-            "active": query.isActive,
-            "batch": latest.get("batch"),
-            "input_rows": latest.get("input_rows", 0),
-            "input_rows_per_s": latest.get("input_rows_per_s", 0.0),
-            "processed_rows_per_s": latest.get("processed_rows_per_s", 0.0),
-            "batch_ms": latest.get("batch_ms"),
-            "end_offsets": latest.get("end_offsets"),
-            "observed": latest.get("observed", {}),
-            "observed_total": totals,
-        }
-
-
-def _dead_letters(observed: Mapping[str, Mapping[str, Any]]) -> int:
-    """The dead letters counted in `observed` (metric -> column -> value)."""
-    return int(
-        sum(
-            value
-            for values in observed.values()
-            for column, value in values.items()
-            if column == DEAD_LETTERS_METRIC and isinstance(value, int | float)
-        )
-    )
-
-
-def _query_batch(
-    name: str,
-    progress: Any,
-    latest: Mapping[str, Any],
-    observed: Mapping[str, Mapping[str, Any]],
-    dead_total: int,
-) -> QueryBatch:
-    """The figures of a finished micro-batch (Spark's `StreamingQueryProgress`)."""
-    operators = list(getattr(progress, "stateOperators", None) or [])
-    batch_ms = latest["batch_ms"]
-    return QueryBatch(
-        query=name,
-        batch=int(progress.batchId),
-        time_ms=int(time.time() * 1000),
-        input_rows=int(latest["input_rows"] or 0),
-        input_rows_per_s=latest["input_rows_per_s"],
-        processed_rows_per_s=latest["processed_rows_per_s"],
-        batch_ms=None if batch_ms is None else int(batch_ms),
-        state_rows=sum(int(op.numRowsTotal) for op in operators) if operators else None,
-        dead_letters=_dead_letters(observed),
-        dead_letters_total=dead_total,
-    )
-
-
-def _offsets(end_offset: Any) -> dict[str, Any] | None:
-    """A source's end offset as Spark reports it (JSON text) as a dict, if it is one."""
-    if isinstance(end_offset, str):
-        try:
-            end_offset = json.loads(end_offset)
-        except ValueError:
-            return None
-    return end_offset if isinstance(end_offset, dict) else None
 
 
 def _progress_line(status: Mapping[str, Any]) -> str:
@@ -261,7 +120,7 @@ def spark_conf(settings: RunSettings, scratch: Path) -> dict[str, str]:
 
 def run_pipeline(path: Path, settings: RunSettings) -> None:
     """Run the pipeline file at *path* until a signal, *duration_s*, or a query failure."""
-    from sparkiq.spark.session import local_session
+    from sparkiq.spark.session import local_session, use_local_checkpoint_files
 
     pipeline_fn = load_pipeline(path)
     if isinstance(settings.checkpoint_dir, Path):
@@ -279,6 +138,8 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         shuffle_partitions=settings.shuffle_partitions,
         conf=spark_conf(settings, scratch),
     )
+    if isinstance(settings.checkpoint_dir, Path):
+        use_local_checkpoint_files(spark)
     try:
         connector = choose_connector(spark, settings.kafka_connector)
     except Exception:
@@ -308,7 +169,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         publisher.query_done(replace(figures, tables=tables))
 
     tracker = ProgressTracker(on_batch, on_query)
-    spark.streams.addListener(tracker)
+    tracker.attach(spark)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("pipeline: %s received, stopping the queries", signal.Signals(signum).name)

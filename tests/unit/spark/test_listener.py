@@ -1,0 +1,111 @@
+"""The runner's Spark listener: each committed batch's source offsets reach the publisher.
+
+Progress is given as Spark writes it in JSON (`StreamingQueryProgress.json()`); a source's
+end offset is JSON there, or JSON text from sources whose offsets Spark keeps as text."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkiq.core.progress import QueryBatch
+from sparkiq.spark.listener import ProgressTracker
+
+pytest_plugins = ["tests.support.spark"]
+
+
+def progress_event(name: str, batch: int, *ends: object) -> dict[str, Any]:
+    return {
+        "name": name,
+        "batchId": batch,
+        "sources": [{"endOffset": end} for end in ends],
+        "observedMetrics": {},
+        "numInputRows": 3,
+        "inputRowsPerSecond": 1.0,
+        "processedRowsPerSecond": 2.0,
+        "durationMs": {"triggerExecution": 5},
+    }
+
+
+def test_every_source_of_a_batch_is_reported_once() -> None:
+    batches: list[tuple[str, int, dict[str, dict[str, int]]]] = []
+    tracker = ProgressTracker(lambda *batch: batches.append(batch))
+    tracker.on_progress(
+        progress_event(
+            "customers", 4, {"pos": {"0": 10, "1": 7}}, json.dumps({"returns": {"0": 2}})
+        )
+    )
+    tracker.on_progress(progress_event("idle", 5))  # no source offsets: nothing to say
+    tracker.on_progress(progress_event("odd", 6, "not json"))
+    assert batches == [("customers", 4, {"pos": {"0": 10, "1": 7}, "returns": {"0": 2}})]
+
+
+def test_each_batch_gives_its_figures_with_dead_letters_summed_since_start() -> None:
+    figures: list[QueryBatch] = []
+    tracker = ProgressTracker(on_query=figures.append)
+    first = progress_event("routes", 1, json.dumps({"pos": {"0": 10}}))
+    first["observedMetrics"] = {"routes": {"dead_letters": 2, "other": 5}}
+    first["stateOperators"] = [{"numRowsTotal": 7}, {"numRowsTotal": 4}]
+    second = progress_event("routes", 2, json.dumps({"pos": {"0": 12}}))
+    second["observedMetrics"] = {"routes": {"dead_letters": 3}}
+    tracker.on_progress(first)
+    tracker.on_progress(second)
+    tracker.on_progress(progress_event("stateless", 9))
+    assert [(f.query, f.batch, f.dead_letters, f.dead_letters_total) for f in figures] == [
+        ("routes", 1, 2, 2),
+        ("routes", 2, 3, 5),
+        ("stateless", 9, 0, 0),
+    ]
+    one = figures[0]
+    assert (one.input_rows, one.input_rows_per_s, one.processed_rows_per_s) == (3, 1.0, 2.0)
+    assert (one.batch_ms, one.state_rows) == (5, 11)
+    assert figures[1].state_rows is None  # this batch reported no state operator
+    assert figures[2].tables == ()  # the runner adds the tables a query writes
+
+
+@pytest.mark.spark
+def test_a_running_query_reports_every_batch_with_its_offsets_and_metrics(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Attached to a real session: Spark's own progress JSON reaches the tracker, batch by
+    batch, with the source's end offset and the query's observed metrics."""
+    from pyspark.sql import functions as F
+
+    batches: list[tuple[str, int, dict[str, dict[str, int]]]] = []
+    figures: list[QueryBatch] = []
+    tracker = ProgressTracker(lambda *batch: batches.append(batch), figures.append)
+    tracker.attach(spark)
+    rows = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 50)
+        .load()
+        .observe("counts", F.count(F.lit(1)).alias("rows"))
+    )
+    query = (
+        rows.writeStream.format("noop")
+        .queryName("listened")
+        .trigger(processingTime="200 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len([f for f in figures if f.input_rows > 0]) < 3:
+            assert time.monotonic() < deadline, "no progress reached the tracker"
+            time.sleep(0.2)
+        status = tracker.status(query)
+    finally:
+        query.stop()
+    mine = [f for f in figures if f.query == "listened"]
+    ids = [f.batch for f in mine]
+    assert ids == sorted(set(ids))  # each batch once, in order
+    busy = [f for f in mine if f.input_rows > 0]
+    assert all(f.batch_ms is not None and f.batch_ms >= 0 for f in busy)
+    # The rate source's offset is not a topic map: no batch claims to have read a topic.
+    assert batches == []
+    assert status["batch"] == ids[-1]
+    assert status["observed_total"]["counts"]["rows"] == sum(f.input_rows for f in mine)

@@ -1,0 +1,49 @@
+"""The local session's settings: checkpoints on the local file system written without forks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkiq.spark.session import CHECKPOINT_FILE_MANAGER_CONF, use_local_checkpoint_files
+
+pytest_plugins = ["tests.support.spark"]
+
+pytestmark = pytest.mark.spark
+
+
+def test_local_checkpoints_use_a_file_manager_spark_has(spark: Any, tmp_path: Path) -> None:
+    spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
+    try:
+        chosen = use_local_checkpoint_files(spark)
+        assert chosen is not None
+        assert chosen.endswith(".FileSystemBasedCheckpointFileManager")
+        assert spark.conf.get(CHECKPOINT_FILE_MANAGER_CONF) == chosen
+        # A query checkpoints through it: its offset and commit logs are written.
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 10)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            assert (tmp_path / "cp" / "commits" / "0").exists()
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
+
+
+def test_a_file_manager_the_caller_chose_is_kept(spark: Any) -> None:
+    mine = "org.example.MyCheckpointFileManager"
+    spark.conf.set(CHECKPOINT_FILE_MANAGER_CONF, mine)
+    try:
+        assert use_local_checkpoint_files(spark) == mine
+        assert spark.conf.get(CHECKPOINT_FILE_MANAGER_CONF) == mine
+    finally:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
