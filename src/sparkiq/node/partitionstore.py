@@ -27,6 +27,8 @@ replays the rest from Kafka. The checkpoint on disk is never ahead of the data o
   checkpoint makes right again (every record sets its key's latest value);
 - a write that uses the WAL first flushes any earlier writes that skipped it, so no write
   recovered from the WAL ever sits on top of lost ones;
+- `flush_deletes` starts both flushes without waiting, in no set order, and only while no
+  write skipped the WAL since the last flush: the WAL recovers whatever they missed;
 - `close()` flushes.
 """
 
@@ -34,18 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
 from pathlib import Path
 
-from rocksdict import (
-    ColumnFamily,
-    DBCompressionType,
-    Options,
-    Rdict,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import ColumnFamily, Rdict, RdictIter, WriteBatch
 
 from sparkiq.core.errors import (
     CatalogError,
@@ -57,6 +52,7 @@ from sparkiq.core.errors import (
 from sparkiq.core.queries import Order
 from sparkiq.core.tables import TableDef
 from sparkiq.node.storemeta import META_CF, OFFSET_KEY, TABLE_KEY, compatible, mismatch
+from sparkiq.node.storeoptions import store_options, write_options
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +60,8 @@ log = logging.getLogger(__name__)
 # another one: kept with the checkpoint, so a restart that replays only the tail still knows.
 _MISPLACED_KEY = b"misplaced"
 _IMMUTABLE_MEMTABLES = "rocksdb.num-immutable-mem-table"  # full memtables not yet flushed
-_KEEP_INFO_LOGS = 3  # RocksDB's info logs kept per store: the current one and two old ones
+_MEMTABLE_DELETES = "rocksdb.num-deletes-active-mem-table"
+_LIVE_KEYS = "rocksdb.estimate-num-keys"  # keys written minus twice the deletes, estimated
 
 # Hears of a store whose files failed it (a read, write or flush raised a StorageFault).
 FaultListener = Callable[["PartitionStore", StorageFault], None]
@@ -84,39 +81,6 @@ class _Background(Enum):
     IDLE = "idle"
     DATA = "data"  # flushing the data column family
     CHECKPOINT = "checkpoint"  # the data is on disk; flushing the meta column family
-
-
-def _options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    # A node holds many small stores on a 2-core box: keep RocksDB's own threads modest.
-    opts.set_max_background_jobs(2)
-    # Writes that skip the WAL are only as consistent as the flushes that persist them.
-    opts.set_atomic_flush(True)
-    # LZ4 rather than the default Snappy: a restore flushes its whole store before the
-    # partition turns ACTIVE, and LZ4 took ~0.1 us/record less CPU in those flushes (files
-    # written with Snappy stay readable).
-    opts.set_compression_type(DBCompressionType.lz4())
-    # RocksDB starts a new info LOG at every open and keeps up to 1000 old ones by default:
-    # a store reopened at each restart or move would collect them without end.
-    opts.set_keep_log_file_num(_KEEP_INFO_LOGS)
-    return opts
-
-
-def _write_options(*, wal: bool) -> WriteOptions:
-    # Without the WAL: see the module docstring. With it: WAL on, sync off. Every batch
-    # reaches the WAL in the OS page cache before `write` returns, so a crash of the
-    # *process* loses nothing. A crash of the *machine* may lose the last batches, but each
-    # batch carries its own checkpoint, so data and offset are lost together and the restart
-    # replays them from Kafka (the source of truth). An fsync per batch would cost far more
-    # than re-reading a few batches. `close()` syncs the WAL, so a clean shutdown is fully
-    # durable.
-    wo = WriteOptions()
-    wo.sync = False
-    # A property at run time; rocksdict's stub declares it as a method.
-    wo.disable_wal = not wal  # type: ignore[method-assign,assignment]
-    return wo
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -151,7 +115,9 @@ class PartitionStore:
         self._on_fault = on_fault
         try:
             path.mkdir(parents=True, exist_ok=True)
-            self._db = Rdict(str(path), _options(), column_families={META_CF: _options()})
+            self._db = Rdict(
+                str(path), store_options(table), column_families={META_CF: store_options()}
+            )
         except Exception as exc:
             if "LOCK" in str(exc):  # RocksDB names its lock file in the message
                 # The state dir's own lock (StoreRegistry.lock) keeps other nodes out, so this
@@ -173,8 +139,8 @@ class PartitionStore:
             raise
         self._next_offset: int | None = int.from_bytes(raw, "big") if raw is not None else None
         self._misplaced = int.from_bytes(raw_misplaced, "big") if raw_misplaced else 0
-        self._wo = _write_options(wal=True)
-        self._wo_no_wal = _write_options(wal=False)
+        self._wo = write_options(wal=True)
+        self._wo_no_wal = write_options(wal=False)
         self._unflushed = False  # written without the WAL since the last flush
         self._writes = 0
         self._background = _Background.IDLE  # of `start_flush`, since the last flush
@@ -320,6 +286,23 @@ class PartitionStore:
             raise self._fault("scanning", exc) from exc
         return out
 
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Turns RocksDB's errors in the block into this store's StorageFault, as its own
+        reads do (a closed store's too); for users of `key_iterator`."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise self._fault(what, exc) from exc
+
+    def key_iterator(self) -> RdictIter:
+        """A raw RocksDB iterator over the store keys, for a sweep that seeks as it goes
+        (`sparkiq.node.restore.expiry`); it reads a value only when asked. Use it within
+        `reading(...)` and drop it soon: it pins the memtables and files it started on."""
+        return self._db.iter()
+
     # -- writes -----------------------------------------------------------------------------
 
     def apply(
@@ -424,6 +407,31 @@ class PartitionStore:
         except Exception as exc:
             raise self._fault("flushing", exc) from exc
         self._unflushed = False
+
+    def flush_deletes(self, at_least: int) -> bool:
+        """Start flushing the memtables in RocksDB's background if the active one holds at
+        least *at_least* deletes, and no fewer than the keys the store holds; True if it did.
+
+        RocksDB flushes a memtable only once it is full (64 MB). One that removals (expired
+        windows) fill with deletes would stay in memory, its write-ahead log on disk, and
+        every iterator would step over the deleted keys. Once flushed, the files of mostly
+        deletes are compacted away (`sparkiq.node.storeoptions`). Only when every write went
+        through the write-ahead log: then it does not matter which column family reaches
+        disk first (see the module docstring); otherwise `flush` and `start_flush` do it.
+        """
+        if self._unflushed or self._meta_cf is None:
+            return False
+        try:
+            if self._db.property_int_value(_IMMUTABLE_MEMTABLES):
+                return False  # a flush is under way (another would wait for it)
+            deletes = self._db.property_int_value(_MEMTABLE_DELETES) or 0
+            if deletes < at_least or deletes < (self._db.property_int_value(_LIVE_KEYS) or 0):
+                return False
+            self._db.flush(False)
+            self._meta.flush(False)
+        except Exception as exc:
+            raise self._fault("flushing", exc) from exc
+        return True
 
     @property
     def unflushed(self) -> bool:

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,6 +188,46 @@ def test_a_closed_store_read_is_a_fault_nobody_hears_of(registry: StoreRegistry)
     assert heard == []
 
 
+def test_a_key_iterator_reads_keys_and_its_errors_are_the_store_s(
+    registry: StoreRegistry,
+) -> None:
+    store = registry.open(TABLE, 0)
+    store.apply([(b"b", b"2"), (b"a", b"1"), (b"c", None)], next_offset=1)
+    with store.reading("sweeping"):
+        it = store.key_iterator()
+        it.seek(b"a")
+        it.seek_for_prev(b"bz")
+        assert it.key() == b"b"
+        del it
+    registry.close(TABLE.name, 0)
+    with pytest.raises(StorageFault, match="closed meanwhile"), store.reading("sweeping"):
+        store.key_iterator()
+
+
+def _sst_files(store: PartitionStore, at_least: int) -> int:
+    deadline = time.monotonic() + 10
+    while len(list(store.path.glob("*.sst"))) < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)  # flushes run in RocksDB's background
+    return len(list(store.path.glob("*.sst")))
+
+
+def test_a_memtable_mostly_of_deletes_is_flushed(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    keys = [b"k%03d" % i for i in range(100)]
+    store.apply([(k, b"v") for k in keys], next_offset=1)
+    store.remove(keys[:30])
+    assert not store.flush_deletes(at_least=10)  # 30 deletes, 70 keys left
+    store.remove(keys[30:80])
+    assert not store.flush_deletes(at_least=1_000)  # 80 deletes, too few
+    store.apply((), next_offset=2, wal=False)
+    assert not store.flush_deletes(at_least=10)  # a write without the WAL waits for `flush`
+    store.flush()
+    store.remove(keys[80:])
+    assert store.flush_deletes(at_least=10)  # 20 deletes in the memtable, no key left
+    assert _sst_files(store, 3) >= 3  # the `flush` above wrote two; the background one more
+    assert store.scan(limit=10) == []
+
+
 def test_no_space_left_is_a_disk_full_fault() -> None:
     path = Path("/state/t/0")
     full = storage_fault("writing to", path, OSError("IO error: No space left on device"))
@@ -210,14 +251,14 @@ import sparkiq.node.partitionstore as store_mod
 from sparkiq.core.tables import TableDef
 
 if os.environ.get("SMALL_MEMTABLES"):
-    default_options = store_mod._options
+    default_options = store_mod.store_options
 
-    def small_memtables():
-        opts = default_options()
+    def small_memtables(table=None):
+        opts = default_options(table)
         opts.set_write_buffer_size(64 * 1024)
         return opts
 
-    store_mod._options = small_memtables
+    store_mod.store_options = small_memtables
 store = store_mod.PartitionStore(
     Path(sys.argv[1]), TableDef(name="users", topic="users-changelog", partitions=3), 0
 )
