@@ -6,37 +6,72 @@ data's, not the clock's: every replica of a partition holds the same records, so
 replica keeps the same windows, and a pipeline replayed from last month expires as it would
 have then.
 
-A store's keys are ordered by key, then window start (`sparkiq.core.serde`), so the expired
-windows are spread over the whole key space. `WindowExpiry` sweeps each store of such a
-table in passes over all its keys, a chunk at a time on the restorer's own thread (between
-two consumed batches, so it never races the writes or the closing of a store): a pass
-notes the newest window start it sees and removes the windows that the newest start known
-when it began has expired. The first pass of a store only finds that newest start. A pass
-that found a newer start is followed by another soon after (the cutoff moved); otherwise the
-next one comes after a tenth of the retention (between 1 s and a minute). Windows are thus
-removed while the pipeline runs and while a replica restores, and a store holds about the
-retention's worth of windows.
+`WindowExpiry` sweeps each store of such a table in passes over all its keys, a step per
+restorer turn on the restorer's own thread (between two consumed batches, so it never races
+the writes or the closing of a store): a pass notes the newest window start it sees and
+removes the windows that the newest start known when it began has expired. The first pass
+of a store only finds that newest start. A pass that found a newer start is followed by
+another soon after (the cutoff moved); otherwise the next one comes after a tenth of the
+retention (between 1 s and a minute). Windows are thus removed while the pipeline runs and
+while a replica restores, and a store holds about the retention's worth of windows.
+
+The node's HTTP thread waits for the interpreter while the sweep runs, so a pass is built
+to hold it briefly and seldom (`benchmarks/bench_expiry.py` measures it):
+
+- A step works in slices of `SLICE_S` and sleeps `YIELD_S` between two, which hands the
+  interpreter to the HTTP thread, up to `STEP_S` per turn; the restorer comes back sooner
+  while a pass is under way (`sweeping`). One iterator serves the whole step: making it and
+  seeking to where the pass stood costs as much as looking at twenty keys.
+- A store's keys are ordered by key, then window start (`sparkiq.core.serde`), so a key's
+  expired windows come first among its windows. A pass removes them, then, at the key's
+  first window within the retention, seeks to the key's last window (its newest start) and
+  on to the next key: a few windows per key, not all of them (`_seeks_past_kept`). Every
+  `FULL_EVERY`-th pass looks at every window all the same.
+- Expired windows are deleted `REMOVE_AT` at a time, and a pass that removed windows asks
+  the store to flush a memtable mostly of deletes (`PartitionStore.flush_deletes`), whose
+  files are then compacted away (`sparkiq.node.storeoptions`). Deletes left in memory cost
+  every iterator that steps over them, the sweep's own included (its CPU grew without end
+  as they piled up), and memory, the write-ahead log and the files on disk follow the
+  retention too.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparkiq.core.errors import StoreError
-from sparkiq.core.tables import TableDef
+from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.node.partitionstore import PartitionStore
 
-# Keys looked at per restorer turn (about a millisecond of work: the turn's other work,
-# and the HTTP thread waiting for the interpreter, come first).
-CHUNK = 1_000
+# A step works in slices of SLICE_S, about the longest the HTTP thread waits for the
+# interpreter because of it, and sleeps YIELD_S between two (the HTTP thread takes the
+# interpreter meanwhile); it ends after STEP_S of wall time, or CHUNK keys.
+SLICE_S = 0.000_1
+YIELD_S = 0.000_1
+STEP_S = 0.01
+CHUNK = 10_000
+_CLOCK_EVERY = 8  # keys looked at between two readings of the clock
+# Expired windows are deleted once this many are found (or the pass ends): a write costs
+# as much as looking at ten keys or so whatever it holds, and 64 deletes keep it within
+# about a slice.
+REMOVE_AT = 64
 # A pass that found a newer window start is followed by another this soon.
 AGAIN_S = 1.0
 _MIN_INTERVAL_S, _MAX_INTERVAL_S = 1.0, 60.0
+# Every this many passes of a store, one looks at every window (see `_seeks_past_kept`).
+FULL_EVERY = 16
+# A pass that removed windows flushes its store when the memtable holds this many deletes,
+# and more than the store holds windows (`PartitionStore.flush_deletes`).
+FLUSH_AT_DELETES = 1_000
 _SIGN64 = 1 << 63
+# Store keys of windows that start in [0, 2**56) ms (up to the year 2,280,000) have this
+# byte before their last 7; the last window of a key is at most `key + _LAST_IN_BAND`.
+_BAND = 0x80
+_LAST_IN_BAND = bytes([_BAND]) + b"\xff" * 7
 
 
 class Swept(Protocol):
@@ -54,9 +89,12 @@ class _Sweep:
     store: PartitionStore
     newest: int | None = None  # newest window start known before this pass
     seen: int | None = None  # newest start seen so far in this pass
-    cursor: bytes | None = None  # last key of the pass so far (None: between passes)
+    cursor: bytes | None = None  # the next key to look at (None: the first)
     in_pass: bool = False
     due: float = 0.0  # monotonic time of the next pass
+    passes: int = 0  # passes finished
+    expired: list[bytes] = field(default_factory=list)  # found, not yet deleted
+    removed: int = 0  # windows removed in this pass
 
 
 def interval_s(table: TableDef) -> float:
@@ -64,16 +102,65 @@ def interval_s(table: TableDef) -> float:
     return min(max((table.retention_ms or 0) / 10_000, _MIN_INTERVAL_S), _MAX_INTERVAL_S)
 
 
+def _seeks_past_kept(table: TableDef) -> bool:
+    """Whether a pass may seek from a key's first window within the retention to its last.
+
+    Everything between is that key's (newer windows, all kept) if no other key's windows
+    sort between them. Keys of fixed length (long, int) cannot. Text keys (string, json)
+    are UTF-8: another key's window there would need a key that is this one followed by the
+    byte 0x80, which UTF-8 never puts after a whole character (or, for a shorter key, a
+    window start before the year 2,280,000 BC). A key of other bytes could; a record whose
+    text key is not UTF-8 (the producer wrote another format) could too, so every
+    `FULL_EVERY`-th pass looks at every window, and such windows go a few passes late.
+    """
+    return table.key_format in (Format.STRING, Format.JSON, Format.LONG, Format.INT)
+
+
+class _Slices:
+    """A step's time: slices of work with a sleep between two, within the step's time."""
+
+    def __init__(self, slice_s: float, yield_s: float, step_s: float) -> None:
+        began = time.perf_counter()
+        self.slice_s, self.yield_s = slice_s, yield_s
+        self.slice_end, self.step_end = began + slice_s, began + step_s
+
+    def go_on(self) -> bool:
+        """Whether the step may go on (after a sleep if the slice is over)."""
+        now = time.perf_counter()
+        if now < self.slice_end:
+            return True
+        if now + self.yield_s >= self.step_end:
+            return False
+        time.sleep(self.yield_s)  # releases the interpreter
+        self.slice_end = time.perf_counter() + self.slice_s
+        return True
+
+
 class WindowExpiry:
     """Sweeps the stores of windowed tables with a retention; `step` once per restorer turn."""
 
-    def __init__(self, chunk: int = CHUNK) -> None:
+    def __init__(
+        self,
+        chunk: int = CHUNK,
+        *,
+        slice_s: float = SLICE_S,
+        yield_s: float = YIELD_S,
+        step_s: float = STEP_S,
+    ) -> None:
         self.chunk = chunk
+        self.slice_s, self.yield_s, self.step_s = slice_s, yield_s, step_s
         self.removed = 0  # windows removed since start (all tables)
         self._sweeps: dict[TopicPartition, _Sweep] = {}
 
+    @property
+    def sweeping(self) -> bool:
+        """Whether a pass is under way (the restorer then comes back sooner)."""
+        return any(sweep.in_pass for sweep in self._sweeps.values())
+
     def step(self, replicas: Sequence[Swept], now: float | None = None) -> int:
-        """Sweep up to `chunk` keys of the replicas whose pass is due; the keys looked at."""
+        """Sweep the replicas whose pass is due, up to `chunk` keys or `step_s` of wall
+        time, in slices of `slice_s`; the keys looked at."""
+        slices = _Slices(self.slice_s, self.yield_s, self.step_s)
         now = time.monotonic() if now is None else now
         budget = self.chunk
         held: set[TopicPartition] = set()
@@ -81,7 +168,7 @@ class WindowExpiry:
             if replica.table.retention_ms is None:
                 continue
             held.add(replica.tp)
-            if budget <= 0:
+            if budget <= 0 or (budget < self.chunk and not slices.go_on()):
                 continue
             sweep = self._sweeps.get(replica.tp)
             if sweep is None or sweep.store is not replica.store:  # new, or rebuilt
@@ -89,7 +176,7 @@ class WindowExpiry:
             if not sweep.in_pass and now < sweep.due:
                 continue
             try:
-                budget -= self._sweep(replica.table, sweep, budget, now)
+                budget -= self._sweep(replica.table, sweep, budget, slices, now)
             except StoreError:
                 # Closed or failed under the pass: a store that comes back starts over.
                 del self._sweeps[replica.tp]
@@ -97,33 +184,73 @@ class WindowExpiry:
             del self._sweeps[tp]
         return self.chunk - budget
 
-    def _sweep(self, table: TableDef, sweep: _Sweep, limit: int, now: float) -> int:
+    def _sweep(
+        self, table: TableDef, sweep: _Sweep, limit: int, slices: _Slices, now: float
+    ) -> int:
         sweep.in_pass = True
-        page = sweep.store.scan(after=sweep.cursor, limit=limit)
+        store = sweep.store
         keep_from = None if sweep.newest is None else sweep.newest - (table.retention_ms or 0)
+        seeks = _seeks_past_kept(table) and sweep.passes % FULL_EVERY != FULL_EVERY - 1
         seen = sweep.seen
-        expired: list[bytes] = []
-        for key, _ in page:
-            if len(key) < 8:
-                continue  # not a window (a record the table's key codec could not read)
-            start = int.from_bytes(key[-8:], "big") - _SIGN64
-            if seen is None or start > seen:
-                seen = start
-            if keep_from is not None and start < keep_from:
-                expired.append(key)
-        if expired:
-            sweep.store.remove(expired)
-            self.removed += len(expired)
+        expired = sweep.expired
+        looked = 0
+        with store.reading("sweeping"):
+            it = store.key_iterator()
+            if sweep.cursor is None:
+                it.seek_to_first()
+            else:
+                it.seek(sweep.cursor)
+            while it.valid():
+                if looked >= limit or (
+                    looked % _CLOCK_EVERY == 0 and looked and not slices.go_on()
+                ):
+                    break
+                if len(expired) >= REMOVE_AT:
+                    self._remove(sweep)  # the iterator goes on as it was
+                    expired = sweep.expired
+                key: bytes = it.key()
+                looked += 1
+                if len(key) < 8:
+                    it.next()  # not a window (a record the table's key codec could not read)
+                    continue
+                start = int.from_bytes(key[-8:], "big") - _SIGN64
+                if keep_from is not None and start < keep_from:
+                    expired.append(key)
+                elif seeks and key[-8] == _BAND:
+                    # The key's later windows are newer, so kept: read only its last one.
+                    it.seek_for_prev(key[:-8] + _LAST_IN_BAND)
+                    start = int.from_bytes(it.key()[-8:], "big") - _SIGN64
+                if seen is None or start > seen:
+                    seen = start
+                it.next()
+            cursor: bytes | None = it.key() if it.valid() else None
+            it.status()
+            del it  # an iterator pins what it reads
         sweep.seen = seen
-        if len(page) == limit:
-            sweep.cursor = page[-1][0]
-            return len(page)
-        # The pass is over.
+        if cursor is None:
+            self._remove(sweep)
+        if cursor is not None:
+            sweep.cursor = cursor
+            return looked
+        return self._end_pass(table, sweep, now, looked)
+
+    def _remove(self, sweep: _Sweep) -> None:
+        if sweep.expired:
+            sweep.store.remove(sweep.expired)
+            self.removed += len(sweep.expired)
+            sweep.removed += len(sweep.expired)
+            sweep.expired = []
+
+    def _end_pass(self, table: TableDef, sweep: _Sweep, now: float, looked: int) -> int:
         first = sweep.newest is None
+        seen = sweep.seen
         moved = seen is not None and (first or seen > (sweep.newest or 0))
         if moved:
             sweep.newest = seen
-        sweep.cursor, sweep.seen, sweep.in_pass = None, None, False
+        if sweep.removed:
+            sweep.store.flush_deletes(FLUSH_AT_DELETES)
+        sweep.cursor, sweep.seen, sweep.in_pass, sweep.removed = None, None, False, 0
+        sweep.passes += 1
         # After the first pass the second removes at once what the newest start expires.
         sweep.due = now if first and moved else now + (AGAIN_S if moved else interval_s(table))
-        return max(len(page), 1)
+        return max(looked, 1)

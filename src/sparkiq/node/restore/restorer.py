@@ -56,7 +56,9 @@ from sparkiq.node.store import StoreRegistry
 log = logging.getLogger(__name__)
 
 _POLL_TIMEOUT_S = 0.1
-_FLUSH_POLL_S = 0.01  # while a store flushes before its partition turns ACTIVE
+# While a store flushes before its partition turns ACTIVE, or a sweep's pass is under way
+# (it goes on a step per turn: `sparkiq.node.restore.expiry`).
+_BUSY_POLL_S = 0.01
 _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
@@ -226,10 +228,12 @@ class Restorer(Healing):
                         messages = consumer.consume(BATCH_SIZE, poll_s)
                         if messages:
                             self._apply(fetching, messages)
-                    poll_s = _FLUSH_POLL_S if self._finish_restores() else _POLL_TIMEOUT_S
+                    flushing = self._finish_restores()
                     with self._lock:
                         replicas = [r for r in self._replicas.values() if r.state is not _FAILED]
                     self.expiry.step(replicas)
+                    busy = flushing or self.expiry.sweeping  # then come back soon
+                    poll_s = _BUSY_POLL_S if busy else _POLL_TIMEOUT_S
                     now = time.monotonic()
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S

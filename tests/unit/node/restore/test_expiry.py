@@ -1,17 +1,30 @@
-"""Window retention against a real store: what a sweep keeps, removes and when it looks again."""
+"""Window retention against a real store: what a sweep keeps, removes and when it looks again,
+for keys of every layout (a pass seeks past the windows it keeps where the key format allows),
+in slices of bounded time, and what it leaves in RocksDB."""
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparkiq.core.serde import window_store_key
 from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.core.topology import TopicPartition
 from sparkiq.node.partitionstore import PartitionStore
-from sparkiq.node.restore.expiry import AGAIN_S, WindowExpiry, interval_s
+from sparkiq.node.restore.expiry import (
+    AGAIN_S,
+    FLUSH_AT_DELETES,
+    FULL_EVERY,
+    WindowExpiry,
+    interval_s,
+)
 from sparkiq.node.store import StoreRegistry
 
 MINUTE = 60_000
@@ -119,3 +132,133 @@ def test_the_interval_is_a_tenth_of_the_retention_within_bounds() -> None:
     assert interval_s(with_retention(2 * MINUTE)) == 12.0
     assert interval_s(with_retention(1_000)) == 1.0
     assert interval_s(with_retention(24 * 60 * MINUTE)) == 60.0
+
+
+# -- keys of every layout ----------------------------------------------------------------------
+
+# Text keys where one is a prefix of another, with characters of one to three UTF-8 bytes;
+# byte keys with the bytes around the window start's sign byte (0x80), which do let one
+# key's windows sort between another's.
+_TEXT = st.text(alphabet="aé€", min_size=1, max_size=3).map(str.encode)
+_LAYOUTS = {
+    Format.STRING: _TEXT,
+    Format.JSON: _TEXT.map(lambda k: b'"' + k),
+    Format.LONG: st.binary(min_size=8, max_size=8),
+    Format.BYTES: st.binary(max_size=3).map(lambda k: bytes(b % 4 + 0x7E for b in k)),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    fmt=st.sampled_from(sorted(_LAYOUTS)),
+    data=st.data(),
+    chunk=st.integers(min_value=1, max_value=9),
+    retention=st.integers(min_value=1, max_value=5),
+)
+def test_a_sweep_keeps_exactly_the_windows_within_the_retention(
+    tmp_path_factory: pytest.TempPathFactory,
+    fmt: Format,
+    data: st.DataObject,
+    chunk: int,
+    retention: int,
+) -> None:
+    keys = data.draw(st.sets(_LAYOUTS[fmt], min_size=1, max_size=8), label="keys")
+    # Window starts in minutes, some before 1970 (their store keys sort otherwise).
+    windows = data.draw(
+        st.sets(
+            st.tuples(st.sampled_from(sorted(keys)), st.integers(min_value=-3, max_value=12)),
+            min_size=1,
+            max_size=60,
+        ),
+        label="windows",
+    )
+    table = dataclasses.replace(TABLE, key_format=fmt, retention_ms=retention * MINUTE)
+    reg = StoreRegistry(tmp_path_factory.mktemp("layouts"))
+    try:
+        store = reg.open(table, 0)
+        records: list[tuple[bytes, bytes | None]] = [
+            (window_store_key(k, m * MINUTE), b"{}") for k, m in windows
+        ]
+        store.apply(records, len(records))
+        sweep_until_idle(WindowExpiry(chunk=chunk), [Held(table, store)], now=0.0)
+        newest = max(m for _, m in windows)
+        kept = [window_store_key(k, m * MINUTE) for k, m in windows if m >= newest - retention]
+        assert [k for k, _ in store.scan(limit=1_000)] == sorted(kept)
+    finally:
+        reg.close_all()
+
+
+def test_a_text_key_that_is_not_utf8_expires_in_the_pass_that_looks_at_every_window(
+    registry: StoreRegistry,
+) -> None:
+    # b"a\x80" is no UTF-8 text: its windows sort among the kept windows of b"a", which a
+    # pass seeks past (and takes the last of them for the newest of b"a"). A pass that looks
+    # at every window finds the newest start; the next such pass removes them.
+    store = registry.open(TABLE, 0)
+    fill(store, ["a"], range(0, 10))
+    odd = [(window_store_key(b"a\x80", m * MINUTE), b"{}") for m in range(0, 3)]
+    store.apply(odd, (store.next_offset or 0) + len(odd))
+    expiry = WindowExpiry()
+    held = [Held(TABLE, store)]
+    for n in range(2 * FULL_EVERY):
+        sweep_until_idle(expiry, held, now=n * 100.0)
+    assert [k for k, _ in store.scan(limit=100)] == [
+        window_store_key(b"a", m * MINUTE) for m in (7, 8, 9)
+    ]
+
+
+# -- slices and what a pass leaves in RocksDB ----------------------------------------------------
+
+
+def test_a_step_stops_after_its_time_and_the_pass_goes_on_at_the_next(
+    registry: StoreRegistry,
+) -> None:
+    store = registry.open(TABLE, 0)
+    keys = [f"store-{i:03d}" for i in range(200)]
+    fill(store, keys, range(0, 10))
+    expiry = WindowExpiry(chunk=10_000, step_s=0.0)  # a step ends with its first slice
+    held = [Held(TABLE, store)]
+    assert not expiry.sweeping
+    looked = expiry.step(held, now=0.0)
+    assert 0 < looked < len(keys), "a step without time left must not finish the pass"
+    assert expiry.sweeping  # the restorer comes back soon
+    steps = 1
+    while expiry.step(held, now=0.0):
+        steps += 1
+    assert steps > 2  # two passes (the first finds the newest start), each over many steps
+    assert not expiry.sweeping
+    assert starts(store) == {k: [7, 8, 9] for k in keys}
+
+
+def test_a_step_keeps_to_its_time_and_sleeps_between_its_slices(
+    registry: StoreRegistry,
+) -> None:
+    store = registry.open(TABLE, 0)
+    fill(store, [f"store-{i:05d}" for i in range(5_000)], range(0, 10))
+    expiry = WindowExpiry(chunk=10**6, slice_s=0.000_2, yield_s=0.000_2, step_s=0.01)
+    held = [Held(TABLE, store)]
+    expiry.step(held, now=0.0)  # the first pass: it reads only
+    walls, cpus = [], []
+    for _ in range(10):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        assert expiry.step(held, now=0.0), "expected a pass under way"
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.thread_time() - cpu)
+    # The pass (thousands of keys) takes many steps of about 10 ms, half of it asleep (a
+    # busy machine may stretch the wall time, never the share of CPU).
+    assert expiry.sweeping
+    assert statistics.median(walls) < 0.03
+    assert sum(cpus) < 0.75 * sum(walls)
+
+
+def test_a_pass_that_removed_many_windows_flushes_its_deletes(registry: StoreRegistry) -> None:
+    store = registry.open(TABLE, 0)
+    keys = [f"store-{i:04d}" for i in range(FLUSH_AT_DELETES // 5)]
+    fill(store, keys, range(0, 10))  # 7 of each key's 10 windows expire
+    assert not list(store.path.glob("*.sst"))
+    sweep_until_idle(WindowExpiry(), [Held(TABLE, store)], now=0.0)
+    deadline = time.monotonic() + 10
+    while not list(store.path.glob("*.sst")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the flush runs in RocksDB's background
+    assert list(store.path.glob("*.sst")), "expected the memtable of deletes to be flushed"
+    assert starts(store) == {k: [7, 8, 9] for k in keys}
