@@ -21,13 +21,18 @@ from tests.support.mapview import MapView
 MINUTE = 60_000
 CLICKS = TableDef("clicks", "clicks-changelog", 3, kind=TableKind.WINDOWED, window_size_ms=MINUTE)
 USERS = TableDef("users", "users-changelog", 2)
-NOW = now_ms() // MINUTE * MINUTE
 KEYS = ["s1", "s10", "s2"]
-STARTS = [NOW - 30 * MINUTE, NOW - 10 * MINUTE, NOW - 5 * MINUTE]
 
 
 @pytest.fixture
-async def node() -> AsyncIterator[str]:
+def starts() -> list[int]:
+    """Window starts relative to when the test runs (a whole suite can outlast `--from -15m`)."""
+    now = now_ms() // MINUTE * MINUTE
+    return [now - 30 * MINUTE, now - 10 * MINUTE, now - 5 * MINUTE]
+
+
+@pytest.fixture
+async def node(starts: list[int]) -> AsyncIterator[str]:
     port = free_port()
     me = f"http://127.0.0.1:{port}"
     view = MapView(me, [CLICKS, USERS])
@@ -35,7 +40,7 @@ async def node() -> AsyncIterator[str]:
         for p in range(table.partitions):
             view.set_placement((table.topic, p), me, store=DictStore())
     for key in KEYS:
-        for start in STARTS:
+        for start in starts:
             put_value(view, CLICKS, key, {"key": key, "start": start}, window_start=start)
     for i in range(12):
         put_value(view, USERS, f"u{i:02d}", i)
@@ -49,18 +54,18 @@ async def run(*args: str) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in result.output.splitlines()]
 
 
-async def test_windows_of_every_key_in_key_then_start_order(node: str) -> None:
+async def test_windows_of_every_key_in_key_then_start_order(node: str, starts: list[int]) -> None:
     lines = await run("windows", "clicks", "--from", "-15m", "--url", node, "--page-size", "2")
     assert [(w["key"], w["start"]) for w in lines] == [
-        (key, start) for key in KEYS for start in STARTS[1:]
+        (key, start) for key in KEYS for start in starts[1:]
     ]
     newest = await run("windows", "clicks", "s10", "--order", "desc", "--limit", "2", "--url", node)
     assert [(w["key"], w["start"], w["end"]) for w in newest] == [
-        ("s10", s, s + MINUTE) for s in STARTS[:0:-1]
+        ("s10", s, s + MINUTE) for s in starts[:0:-1]
     ]
     some = await run("windows", "clicks", "--key-from", "s10", "--key-to", "s2", "--url", node,
-                     "--to", str(STARTS[0]))  # fmt: skip
-    assert [(w["key"], w["start"]) for w in some] == [("s10", STARTS[0]), ("s2", STARTS[0])]
+                     "--to", str(starts[0]))  # fmt: skip
+    assert [(w["key"], w["start"]) for w in some] == [("s10", starts[0]), ("s2", starts[0])]
 
 
 async def test_range_prints_entries_in_either_order(node: str) -> None:
