@@ -8,12 +8,21 @@ have then.
 
 `WindowExpiry` sweeps each store of such a table in passes over all its keys, a step per
 restorer turn on the restorer's own thread (between two consumed batches, so it never races
-the writes or the closing of a store): a pass notes the newest window start it sees and
-removes the windows that the newest start known when it began has expired. The first pass
-of a store only finds that newest start. A pass that found a newer start is followed by
-another soon after (the cutoff moved); otherwise the next one comes after a tenth of the
-retention (between 1 s and a minute). Windows are thus removed while the pipeline runs and
-while a replica restores, and a store holds about the retention's worth of windows.
+the writes or the closing of a store): a pass removes the windows that start before its
+cutoff, the newest window start known when it began minus the retention. The newest start
+comes from the records the restorer reads (`batches.NewestStart`, noted by the key function
+that makes their store keys); the first pass of a store also reads it from the store, which
+may hold windows from before the node started, and the pass after it removes what that
+expires.
+
+A pass costs about as much per key as per window it removes (a seek past each key's kept
+windows), so passes wait until the cutoff has moved by `1 / STEP_OF_RETENTION` of the
+retention since the last one, and at least `AGAIN_S`: each pass then removes a few windows
+per key (in bench_tablekinds' feed, whose data time runs 20x the clock, three every 1.5 s
+instead of two every second, for half the sweep's CPU). A store thus holds up to a quarter
+of the retention's worth of windows past it. Every `interval_s` (a tenth of the retention,
+within 1 s and a minute) a pass comes all the same, which removes late records of windows
+already expired and, once the data stops, everything past the cutoff.
 
 The node's HTTP thread waits for the interpreter while the sweep runs, so a pass is built
 to hold it briefly and seldom (`benchmarks/bench_expiry.py` measures it):
@@ -24,9 +33,10 @@ to hold it briefly and seldom (`benchmarks/bench_expiry.py` measures it):
   seeking to where the pass stood costs as much as looking at twenty keys.
 - A store's keys are ordered by key, then window start (`sparkiq.core.serde`), so a key's
   expired windows come first among its windows. A pass removes them, then, at the key's
-  first window within the retention, seeks to the key's last window (its newest start) and
-  on to the next key: a few windows per key, not all of them (`_seeks_past_kept`). Every
-  `FULL_EVERY`-th pass looks at every window all the same.
+  first window within the retention, seeks past the key's windows to the next key: a few
+  windows per key, not all of them (`_seeks_past_kept`). The first pass of a store seeks to
+  each key's last window instead, to read the newest start. Every `FULL_EVERY`-th pass looks
+  at every window all the same.
 - Expired windows are deleted `REMOVE_AT` at a time, and a pass that removed windows asks
   the store to flush a memtable mostly of deletes (`PartitionStore.flush_deletes`), whose
   files are then compacted away (`sparkiq.node.storeoptions`). Deletes left in memory cost
@@ -46,6 +56,7 @@ from sparkiq.core.errors import StoreError
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.node.partitionstore import PartitionStore
+from sparkiq.node.restore.batches import NewestStart
 
 # A step works in slices of SLICE_S, about the longest the HTTP thread waits for the
 # interpreter because of it, and sleeps YIELD_S between two (the HTTP thread takes the
@@ -59,7 +70,9 @@ _CLOCK_EVERY = 8  # keys looked at between two readings of the clock
 # as much as looking at ten keys or so whatever it holds, and 64 deletes keep it within
 # about a slice.
 REMOVE_AT = 64
-# A pass that found a newer window start is followed by another this soon.
+# A pass is due once the cutoff has moved by this fraction of the retention since the last
+# one, and this long after it ended; or after `interval_s` in any case.
+STEP_OF_RETENTION = 4
 AGAIN_S = 1.0
 _MIN_INTERVAL_S, _MAX_INTERVAL_S = 1.0, 60.0
 # Every this many passes of a store, one looks at every window (see `_seeks_past_kept`).
@@ -72,6 +85,7 @@ _SIGN64 = 1 << 63
 # byte before their last 7; the last window of a key is at most `key + _LAST_IN_BAND`.
 _BAND = 0x80
 _LAST_IN_BAND = bytes([_BAND]) + b"\xff" * 7
+_PAST_BAND = _LAST_IN_BAND + b"\x00"  # the smallest key after `key + _LAST_IN_BAND`
 
 
 class Swept(Protocol):
@@ -81,24 +95,47 @@ class Swept(Protocol):
     table: TableDef
     store: PartitionStore
 
+    @property
+    def newest_start(self) -> NewestStart | None:
+        """The newest window start of the records written to the store (None: not kept)."""
+
 
 @dataclass
 class _Sweep:
     """One store's sweeping: where its pass is, and the newest window start known."""
 
     store: PartitionStore
-    newest: int | None = None  # newest window start known before this pass
+    newest: int | None = None  # newest window start known (records, the first pass)
+    keep_from: int | None = None  # this pass's cutoff (None: it removes nothing)
+    cutoff: int | None = None  # the last pass's cutoff
     seen: int | None = None  # newest start seen so far in this pass
     cursor: bytes | None = None  # the next key to look at (None: the first)
     in_pass: bool = False
-    due: float = 0.0  # monotonic time of the next pass
+    due: float = 0.0  # monotonic time of the next pass, whether the cutoff moved or not
+    after: float = 0.0  # monotonic time before which the cutoff does not start a pass
     passes: int = 0  # passes finished
     expired: list[bytes] = field(default_factory=list)  # found, not yet deleted
     removed: int = 0  # windows removed in this pass
 
+    def note(self, newest: NewestStart | None) -> None:
+        """Take the newest window start of the records written since."""
+        ms = None if newest is None else newest.ms
+        if ms is not None and (self.newest is None or ms > self.newest):
+            self.newest = ms
+
+    def is_due(self, retention_ms: int, now: float) -> bool:
+        """Whether a pass should start: its time has come, or the cutoff moved enough."""
+        if now >= self.due:
+            return True
+        if now < self.after or self.newest is None:
+            return False
+        if self.cutoff is None:
+            return True
+        return self.newest - retention_ms - self.cutoff >= retention_ms // STEP_OF_RETENTION
+
 
 def interval_s(table: TableDef) -> float:
-    """The time between two passes over a store of `table` whose cutoff did not move."""
+    """The longest time between two passes over a store of `table`."""
     return min(max((table.retention_ms or 0) / 10_000, _MIN_INTERVAL_S), _MAX_INTERVAL_S)
 
 
@@ -165,7 +202,8 @@ class WindowExpiry:
         budget = self.chunk
         held: set[TopicPartition] = set()
         for replica in replicas:
-            if replica.table.retention_ms is None:
+            retention = replica.table.retention_ms
+            if retention is None:
                 continue
             held.add(replica.tp)
             if budget <= 0 or (budget < self.chunk and not slices.go_on()):
@@ -173,7 +211,8 @@ class WindowExpiry:
             sweep = self._sweeps.get(replica.tp)
             if sweep is None or sweep.store is not replica.store:  # new, or rebuilt
                 sweep = self._sweeps[replica.tp] = _Sweep(replica.store, due=now)
-            if not sweep.in_pass and now < sweep.due:
+            sweep.note(replica.newest_start)
+            if not sweep.in_pass and not sweep.is_due(retention, now):
                 continue
             try:
                 budget -= self._sweep(replica.table, sweep, budget, slices, now)
@@ -187,10 +226,16 @@ class WindowExpiry:
     def _sweep(
         self, table: TableDef, sweep: _Sweep, limit: int, slices: _Slices, now: float
     ) -> int:
-        sweep.in_pass = True
+        if not sweep.in_pass:
+            sweep.in_pass = True
+            retention = table.retention_ms or 0
+            sweep.keep_from = None if sweep.newest is None else sweep.newest - retention
         store = sweep.store
-        keep_from = None if sweep.newest is None else sweep.newest - (table.retention_ms or 0)
+        keep_from = sweep.keep_from
         seeks = _seeks_past_kept(table) and sweep.passes % FULL_EVERY != FULL_EVERY - 1
+        # The store may hold windows newer than any record read since it opened: the first
+        # pass reads each key's last window.
+        reads_last = sweep.passes == 0
         seen = sweep.seen
         expired = sweep.expired
         looked = 0
@@ -217,7 +262,11 @@ class WindowExpiry:
                 if keep_from is not None and start < keep_from:
                     expired.append(key)
                 elif seeks and key[-8] == _BAND:
-                    # The key's later windows are newer, so kept: read only its last one.
+                    # The key's later windows are newer, so kept: on to the next key, or to
+                    # this one's last window while the newest start is read from the store.
+                    if not reads_last:
+                        it.seek(key[:-8] + _PAST_BAND)
+                        continue
                     it.seek_for_prev(key[:-8] + _LAST_IN_BAND)
                     start = int.from_bytes(it.key()[-8:], "big") - _SIGN64
                 if seen is None or start > seen:
@@ -242,15 +291,18 @@ class WindowExpiry:
             sweep.expired = []
 
     def _end_pass(self, table: TableDef, sweep: _Sweep, now: float, looked: int) -> int:
-        first = sweep.newest is None
-        seen = sweep.seen
-        moved = seen is not None and (first or seen > (sweep.newest or 0))
-        if moved:
-            sweep.newest = seen
+        first = sweep.passes == 0
+        newest = sweep.newest
+        if sweep.seen is not None and (newest is None or sweep.seen > newest):
+            sweep.newest = sweep.seen
         if sweep.removed:
             sweep.store.flush_deletes(FLUSH_AT_DELETES)
+        sweep.cutoff = sweep.keep_from
         sweep.cursor, sweep.seen, sweep.in_pass, sweep.removed = None, None, False, 0
         sweep.passes += 1
-        # After the first pass the second removes at once what the newest start expires.
-        sweep.due = now if first and moved else now + (AGAIN_S if moved else interval_s(table))
+        sweep.after = now + AGAIN_S
+        # After the first pass the second removes at once what the newest start it read
+        # expires.
+        moved = sweep.newest is not None and (newest is None or sweep.newest > newest)
+        sweep.due = now if first and moved else now + interval_s(table)
         return max(looked, 1)

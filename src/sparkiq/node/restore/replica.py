@@ -10,7 +10,7 @@ from sparkiq.core.errors import DiskFull, StorageFault
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.node.partitionstore import PartitionStore
-from sparkiq.node.restore.batches import StoreKeyFn, store_key_fn
+from sparkiq.node.restore.batches import NewestStart, StoreKeyFn, store_key_fn
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class Replica:
         "measuring",
         "misplaced_logged",
         "newest_record_ms",
+        "newest_start",
         "position",
         "rebuilds",
         "role_epoch",
@@ -74,7 +75,12 @@ class Replica:
         self.tp = tp
         self.table = table
         self.store = store
-        self.key_fn: StoreKeyFn | None = store_key_fn(table)
+        # The newest window start of the records read for this partition, for window
+        # retention (`expiry`); only windowed tables with a retention keep it.
+        self.newest_start: NewestStart | None = (
+            NewestStart() if table.is_windowed and table.retention_ms is not None else None
+        )
+        self.key_fn: StoreKeyFn | None = store_key_fn(table, self.newest_start)
         self.misplaced_logged = False
         self.newest_record_ms: int | None = None
         self.position = store.next_offset or 0
