@@ -25,7 +25,8 @@ Goals (the issue "Spark in production"): throughput >= 0.2 of the reference; fre
 <= 1.0 s at 50 invoices/s.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--invoices 60000] [--rate 50] [--seconds 60]
-        [--pipeline FILE] [--no-throughput] [--no-freshness] [--trigger '1 second']
+        [--pipeline FILE] [--param NAME=VALUE] [--trigger '1 second'] [--no-throughput]
+        [--no-freshness]
 """
 
 from __future__ import annotations
@@ -398,6 +399,9 @@ def main() -> None:
         "--pipeline", type=Path, default=Path(pos_pipeline.__file__), help="pipeline file"
     )
     parser.add_argument("--trigger", default=TRIGGER, help="the pipeline's --trigger")
+    parser.add_argument(
+        "--param", action="append", default=[], help="NAME=VALUE for the pipeline (repeatable)"
+    )
     parser.add_argument("--no-throughput", action="store_true", help="measure freshness only")
     parser.add_argument("--no-freshness", action="store_true", help="measure throughput only")
     args = parser.parse_args()
@@ -425,6 +429,7 @@ def main() -> None:
                 # Micro-batches of the burst no larger than the reference's.
                 "--max-offsets-per-trigger",
                 str(args.rate_rows),
+                *(arg for param in args.param for arg in ("--param", param)),
             ],
         ).start()
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)

@@ -141,12 +141,15 @@ class PipelineContext:
         topic: str | None = None,
         output_mode: str = "append",
         tables: Sequence[TableDef] = (),
+        trigger_interval: str | None = None,
     ) -> StreamingQuery:
         """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka.
 
         A query that writes the changelogs of *tables* itself (a ``topic`` column naming
         them, see `changelog_columns`) names them, so reads of those tables can wait for
-        what it committed (``after_source``).
+        what it committed (``after_source``). *trigger_interval* is this query's
+        (``"0 seconds"``: each micro-batch as soon as the last ends); None: the pipeline's
+        (``sparkiq run --trigger``).
         """
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
@@ -163,7 +166,7 @@ class PipelineContext:
                 sink=sink,
                 checkpoint_location=self.checkpoint(name),
                 output_mode=output_mode,
-                trigger_interval=self.trigger_interval,
+                trigger_interval=trigger_interval or self.trigger_interval,
             )
         )
 

@@ -120,7 +120,11 @@ def spark_conf(settings: RunSettings, scratch: Path) -> dict[str, str]:
 
 def run_pipeline(path: Path, settings: RunSettings) -> None:
     """Run the pipeline file at *path* until a signal, *duration_s*, or a query failure."""
-    from sparkiq.spark.session import local_session, use_local_checkpoint_files
+    from sparkiq.spark.session import (
+        local_session,
+        quiet_falling_behind,
+        use_local_checkpoint_files,
+    )
 
     pipeline_fn = load_pipeline(path)
     if isinstance(settings.checkpoint_dir, Path):
@@ -140,6 +144,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
     )
     if isinstance(settings.checkpoint_dir, Path):
         use_local_checkpoint_files(spark)
+    quiet_falling_behind(spark)
     try:
         connector = choose_connector(spark, settings.kafka_connector)
     except Exception:

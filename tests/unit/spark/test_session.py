@@ -1,4 +1,5 @@
-"""The local session's settings: checkpoints on the local file system written without forks."""
+"""The local session's settings: checkpoints on the local file system written without forks;
+Spark's falling-behind warnings quiet."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from sparkiq.spark.session import CHECKPOINT_FILE_MANAGER_CONF, use_local_checkpoint_files
+from sparkiq.spark.session import (
+    _FALLING_BEHIND_LOGGERS,
+    CHECKPOINT_FILE_MANAGER_CONF,
+    quiet_falling_behind,
+    use_local_checkpoint_files,
+)
 
 pytest_plugins = ["tests.support.spark"]
 
@@ -47,3 +53,19 @@ def test_a_file_manager_the_caller_chose_is_kept(spark: Any) -> None:
         assert spark.conf.get(CHECKPOINT_FILE_MANAGER_CONF) == mine
     finally:
         spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
+
+
+def test_falling_behind_warnings_are_quiet_for_the_executor_spark_has(spark: Any) -> None:
+    jvm = spark.sparkContext._jvm
+    present = []
+    for name in _FALLING_BEHIND_LOGGERS:
+        try:
+            jvm.java.lang.Class.forName(name)
+        except Exception:  # py4j relays ClassNotFoundException as a Py4JJavaError
+            continue
+        present.append(name)
+    assert present, "Spark has none of the trigger executors named"
+    quiet_falling_behind(spark)
+    for name in present:
+        level = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
+        assert level.toString() == "ERROR"

@@ -3,32 +3,31 @@
 Run it with ``sparkiq run src/sparkiq/dev/pos/pipeline.py --bootstrap-servers HOST:PORT``.
 
 Invoices (JSON, keyed by store id) arrive on ``pos``. Each query parses each invoice once
-(`parse_invoices`). Three streaming queries:
+(`parse_invoices`). Two streaming queries:
 
 - ``pos-routes`` (stateless, one pass over each micro-batch): a record whose value does not
   parse as an invoice goes to ``pos-dead-letter`` with the reason and its source position,
   and is counted (observed metric ``dead_letters``); HOME-DELIVERY invoices go to
   ``shipments`` as received; every invoice is masked (no card number, no contact number)
   and flattened to one record per line item on ``hadoop-sink``.
-- ``customers``: Spark groups the invoices by customer card (a shuffle: one customer's
-  invoices arrive on many store partitions) and keeps one state per customer
-  (`applyInPandasWithState`) for two tables. PRIME customers' invoices earn
-  ``floor(TotalAmount / 50)`` points: each becomes a notification on ``loyalty`` carrying
-  the points earned and the new running total, and the last total of each micro-batch
-  updates the table ``rewards`` (customer -> total points). The table ``latest-invoice``
-  gets customer -> the invoice with the greatest (CreatedTime, InvoiceNumber), as received.
-- table ``store-sales``, windowed: store -> sales per 1-minute window of CreatedTime
-  (exact decimal sum and invoice count), each window kept an hour after the store's newest.
+- ``tables``: one state per customer and one per store (`sparkiq.dev.pos.tablestate`) for
+  every table. PRIME customers' invoices earn ``floor(TotalAmount / 50)`` points: each
+  becomes a notification on ``loyalty`` carrying the points earned and the new running
+  total, and the last total of each micro-batch updates the table ``rewards`` (customer ->
+  total points). The table ``latest-invoice`` gets customer -> the invoice with the
+  greatest (CreatedTime, InvoiceNumber), as received. The windowed table ``store-sales``
+  gets store -> sales (exact decimal sum) and invoice count per 1-minute window of
+  CreatedTime, each window kept an hour after the store's newest (the table's retention).
 
 Before them, the global table ``stores`` (store id -> name, city, state: reference data
 every node holds whole) is written once from `store_directory`.
 
-One state for both customer tables instead of a query each: every query reads and parses
-the whole input and has a fixed cost per micro-batch, which on a small machine is most of
-a table's freshness. Merging further would not read the input fewer times: Spark refuses an
-``applyInPandasWithState`` in update mode and an aggregation in one query, and a stateless
-branch unioned into a stateful query still gets a scan of its own
-(`benchmarks/bench_pipeline_stages.py` measures each stage alone).
+Each query has its own trigger: ``tables`` starts a micro-batch every `TABLES_TRIGGER`
+(back to back under load: its tables' freshness is what the serving tier shows), the
+routes every `ROUTES_TRIGGER` (shipments and files, where a second does not matter: half
+the fixed cost per second, and still up to 10,000 invoices/s in batches of 20,000). The
+parameters ``tables_trigger`` and ``routes_trigger`` (``sparkiq run --param``) override
+them; ``sparkiq run --trigger`` applies to queries that do not choose their own.
 
 `sparkiq.dev.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
@@ -36,21 +35,24 @@ tests compare the two.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sparkiq.dev.pos import tablestate
 from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
+from sparkiq.dev.pos.tablestate import table_updates
 from sparkiq.spark.materialize import changelog_columns, define_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.streaming.state import GroupState
 
+    from sparkiq.core.tables import TableDef
     from sparkiq.spark.pipeline import PipelineContext
 
-POINTS_PER = 50  # one loyalty point per 50 of invoice total, rounded down
-WINDOW = "1 minute"
+
+WINDOW = "1 minute"  # tablestate.WINDOW_MS
 RETENTION = "1 hour"  # store-sales windows are kept this long after the newest one ends
+TABLES_TRIGGER = "250 milliseconds"
+ROUTES_TRIGGER = "2 seconds"
 DEFAULT_TOPICS = {
     "source": "pos",
     "shipments": "shipments",
@@ -79,15 +81,6 @@ INVOICE_SCHEMA = (
     "InvoiceLineItems array<struct<ItemCode: string, ItemDescription: string, "
     "ItemPrice: decimal(12,2), ItemQty: int, TotalValue: decimal(12,2)>>"
 )
-# What the per-customer state emits: one row per loyalty notification, `rewards` record and
-# `latest-invoice` record, told apart by Kind.
-NOTIFICATION, REWARD, LATEST = "notification", "reward", "latest"
-CUSTOMER_UPDATE_SCHEMA = (
-    "Kind string, CustomerCardNo string, InvoiceNumber string, CreatedTime long, "
-    "PointsEarned long, TotalPoints long, Invoice string"
-)
-CUSTOMER_UPDATE_COLUMNS = [c.split()[0] for c in CUSTOMER_UPDATE_SCHEMA.split(", ")]
-CUSTOMER_STATE_SCHEMA = "total long, latest_time long, latest_number string"
 
 
 def parse_invoices(raw: DataFrame) -> DataFrame:
@@ -135,18 +128,6 @@ def valid_invoices(parsed: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return parsed.where(F.col("reason").isNull()).select("value", "inv.*")
-
-
-def store_sales(invoices: DataFrame) -> DataFrame:
-    """Sales (exact sum) and invoice count per store and 1-minute window of CreatedTime."""
-    from pyspark.sql import functions as F
-
-    return (
-        invoices.withColumn("ts", F.timestamp_millis("CreatedTime"))
-        .withWatermark("ts", "10 minutes")
-        .groupBy("StoreID", F.window("ts", WINDOW))
-        .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices"))
-    )
 
 
 def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
@@ -209,102 +190,8 @@ def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
     return parsed.select(F.explode(out).alias("r")).select("r.topic", "r.key", "r.value")
 
 
-def _customer_updates(
-    key: tuple[Any, ...], batches: Iterator[Any], state: GroupState
-) -> Iterator[Any]:
-    """Per customer and micro-batch: loyalty notifications, the new total, the latest invoice.
-
-    The state is the customer's point total and the (CreatedTime, InvoiceNumber) of the
-    newest invoice seen. PRIME invoices earn points in (time, number) order, each one a
-    notification carrying the running total; the batch's last total is one ``rewards`` row.
-    The newest invoice of the batch is one ``latest`` row when it is newer than the one
-    already in the table.
-    """
-    import pandas as pd  # type: ignore[import-untyped]
-
-    # Plain Python over the group's few rows: each pandas operation costs more than the
-    # whole loop here, and Spark calls this once per customer per micro-batch.
-    rows: list[tuple[int, str, str, int, str]] = []
-    for part in batches:
-        rows.extend(
-            zip(
-                part["CreatedTime"].tolist(),
-                part["InvoiceNumber"].tolist(),
-                part["CustomerType"].tolist(),
-                part["PointsEarned"].tolist(),
-                part["Invoice"].tolist(),
-                strict=True,
-            )
-        )
-    if not rows:
-        return
-    rows.sort(key=lambda row: (row[0], row[1]))
-    customer = key[0]
-    total, latest_time, latest_number = state.get if state.exists else (0, None, None)
-    out: dict[str, list[Any]] = {column: [] for column in CUSTOMER_UPDATE_COLUMNS}
-
-    def emit(kind: str, **values: Any) -> None:
-        for column in CUSTOMER_UPDATE_COLUMNS:
-            out[column].append(kind if column == "Kind" else values.get(column))
-
-    earned = False
-    for created, number, kind, points, _invoice in rows:
-        if kind == "PRIME":
-            total = int(total) + int(points)
-            earned = True
-            emit(
-                NOTIFICATION,
-                CustomerCardNo=customer,
-                InvoiceNumber=number,
-                CreatedTime=int(created),
-                PointsEarned=int(points),
-                TotalPoints=total,
-            )
-    if earned:
-        emit(REWARD, CustomerCardNo=customer, TotalPoints=total)
-    created, number, _kind, _points, invoice = rows[-1]
-    if latest_time is None or (int(created), str(number)) > (int(latest_time), latest_number):
-        latest_time, latest_number = int(created), str(number)
-        emit(LATEST, CustomerCardNo=customer, Invoice=invoice)
-    state.update((int(total), latest_time, latest_number))
-    if out["Kind"]:
-        yield pd.DataFrame(out)
-
-
-def customer_updates(invoices: DataFrame) -> DataFrame:
-    """Per customer, one state for two tables (`_customer_updates`): CUSTOMER_UPDATE_SCHEMA rows.
-
-    Spark groups each customer's invoices (a shuffle: they arrive on many store partitions)
-    once for both tables.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    return (
-        invoices.select(
-            "CustomerCardNo",
-            "CustomerType",
-            "InvoiceNumber",
-            "CreatedTime",
-            F.when(F.col("CustomerType") == "PRIME", F.floor(F.col("TotalAmount") / POINTS_PER))
-            .otherwise(0)
-            .cast("long")
-            .alias("PointsEarned"),
-            F.col("value").cast("string").alias("Invoice"),
-        )
-        .groupBy("CustomerCardNo")
-        .applyInPandasWithState(
-            _customer_updates,
-            outputStructType=CUSTOMER_UPDATE_SCHEMA,
-            stateStructType=CUSTOMER_STATE_SCHEMA,
-            outputMode="update",
-            timeoutConf=GroupStateTimeout.NoTimeout,
-        )
-    )
-
-
 def pipeline(ctx: PipelineContext) -> None:
-    """Start the three queries of the point-of-sale pipeline on *ctx*."""
+    """Start the two queries of the point-of-sale pipeline on *ctx*."""
     from pyspark.sql import functions as F
 
     topics = {
@@ -340,13 +227,13 @@ def pipeline(ctx: PipelineContext) -> None:
         F.count(F.lit(1)).alias("records"),
         F.sum(F.col("reason").isNotNull().cast("long")).alias("dead_letters"),
     )
-    ctx.write(_routes(routed, topics), name="pos-routes")
+    ctx.write(
+        _routes(routed, topics),
+        name="pos-routes",
+        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
+    )
 
-    invoices = valid_invoices(parsed)
-
-    # 2. Per customer, one state for two tables: running loyalty points of PRIME customers
-    #    (notifications on `loyalty` + table `rewards`) and the newest invoice (table
-    #    `latest-invoice`).
+    # 2. One state per customer and per store for every table (`tablestate`).
     rewards = define_table(
         "rewards",
         partitions=partitions,
@@ -359,41 +246,70 @@ def pipeline(ctx: PipelineContext) -> None:
         app=ctx.app,
         description="customer card -> the customer's latest invoice",
     )
-    for table in (rewards, latest):
+    sales = define_table(
+        "store-sales",
+        partitions=partitions,
+        app=ctx.app,
+        window_size=WINDOW,
+        retention=RETENTION,
+        description="store -> sales and invoice count per 1-minute window, kept an hour",
+    )
+    for table in (rewards, latest, sales):
         ctx.prepare_table(table)
-    updates = customer_updates(invoices)
+    ctx.write(
+        _table_records(
+            table_updates(valid_invoices(parsed), sales.partitions), topics, rewards, latest, sales
+        ),
+        name="tables",
+        output_mode="update",
+        tables=(rewards, latest, sales),
+        trigger_interval=ctx.params.get("tables_trigger", TABLES_TRIGGER),
+    )
+
+
+def _table_records(
+    updates: DataFrame,
+    topics: dict[str, str],
+    rewards: TableDef,
+    latest: TableDef,
+    sales: TableDef,
+) -> DataFrame:
+    """`tablestate.UPDATE_SCHEMA` rows as (topic, key, value, partition) records."""
+    from pyspark.sql import functions as F
+
     kind = F.col("Kind")
+    is_note, is_reward = kind == tablestate.NOTIFICATION, kind == tablestate.REWARD
+    is_sales = kind == tablestate.SALES
     reward_key, reward_value = changelog_columns(
         updates, rewards, key="CustomerCardNo", value=F.struct("CustomerCardNo", "TotalPoints")
     )
     latest_key, latest_value = changelog_columns(
         updates, latest, key="CustomerCardNo", value="Invoice"
     )
+    # Cents back to the exact decimal a sum of TotalAmount (decimal(12,2)) has.
+    amount = (F.col("Cents").cast("decimal(22,0)") / 100).cast("decimal(22,2)")
+    sales_key, sales_value = changelog_columns(
+        updates,
+        sales,
+        key="StoreID",
+        value=F.struct(amount.alias("Sales"), F.col("Invoices")),
+        window=F.struct(F.timestamp_millis("WindowStart").alias("start")),
+    )
     notification = F.to_json(
         F.struct("CustomerCardNo", "InvoiceNumber", "CreatedTime", "PointsEarned", "TotalPoints")
     ).cast("binary")
-    customer_out = updates.select(
-        F.when(kind == NOTIFICATION, F.lit(topics["loyalty"]))
-        .when(kind == REWARD, F.lit(rewards.topic))
+    return updates.select(
+        F.when(is_note, F.lit(topics["loyalty"]))
+        .when(is_reward, F.lit(rewards.topic))
+        .when(is_sales, F.lit(sales.topic))
         .otherwise(F.lit(latest.topic))
         .alias("topic"),
-        F.when(kind == REWARD, reward_key).otherwise(latest_key).alias("key"),
-        F.when(kind == NOTIFICATION, notification)
-        .when(kind == REWARD, reward_value)
+        F.when(is_reward, reward_key).when(is_sales, sales_key).otherwise(latest_key).alias("key"),
+        F.when(is_note, notification)
+        .when(is_reward, reward_value)
+        .when(is_sales, sales_value)
         .otherwise(latest_value)
         .alias("value"),
-    )
-    ctx.write(customer_out, name="customers", output_mode="update", tables=(rewards, latest))
-
-    # 3. Windowed table `store-sales`: sales per store and minute.
-    ctx.materialize(
-        store_sales(invoices),
-        table="store-sales",
-        key="StoreID",
-        window="window",
-        window_size=WINDOW,
-        retention=RETENTION,
-        value=F.struct("Sales", "Invoices"),
-        partitions=partitions,
-        description="store -> sales and invoice count per 1-minute window, kept an hour",
+        # A store's windows: the partition of the store id alone (the others: by key).
+        F.col("Partition").alias("partition"),
     )
