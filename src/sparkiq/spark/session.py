@@ -70,17 +70,15 @@ def use_local_checkpoint_files(spark: SparkSession) -> str | None:
     keeps Spark's default. A manager chosen by the caller (``--conf``) is kept. Returns the
     manager in use (None: Spark's default).
     """
+    from sparkiq.spark.connector import class_on_classpath
+
     chosen = spark.conf.get(CHECKPOINT_FILE_MANAGER_CONF, None)
     if chosen:
         return str(chosen)
-    jvm: Any = spark.sparkContext._jvm
     for name in _FORK_FREE_FILE_MANAGERS:
-        try:
-            jvm.java.lang.Class.forName(name)
-        except Exception:  # py4j relays ClassNotFoundException as a Py4JJavaError
-            continue
-        spark.conf.set(CHECKPOINT_FILE_MANAGER_CONF, name)
-        return name
+        if class_on_classpath(spark, name):
+            spark.conf.set(CHECKPOINT_FILE_MANAGER_CONF, name)
+            return name
     return None
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sparkiq.spark.connector import class_on_classpath
 from sparkiq.spark.session import (
     _FALLING_BEHIND_LOGGERS,
     CHECKPOINT_FILE_MANAGER_CONF,
@@ -57,13 +58,7 @@ def test_a_file_manager_the_caller_chose_is_kept(spark: Any) -> None:
 
 def test_falling_behind_warnings_are_quiet_for_the_executor_spark_has(spark: Any) -> None:
     jvm = spark.sparkContext._jvm
-    present = []
-    for name in _FALLING_BEHIND_LOGGERS:
-        try:
-            jvm.java.lang.Class.forName(name)
-        except Exception:  # py4j relays ClassNotFoundException as a Py4JJavaError
-            continue
-        present.append(name)
+    present = [name for name in _FALLING_BEHIND_LOGGERS if class_on_classpath(spark, name)]
     assert present, "Spark has none of the trigger executors named"
     quiet_falling_behind(spark)
     for name in present:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from sparkiq.core.partitioner import partition_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.state import GroupState
 
 POINTS_PER = 50  # one loyalty point per 50 of invoice total, rounded down
@@ -66,6 +66,28 @@ warnings.filterwarnings(
 )
 
 
+# What `state_rows` hands the state function beside the group key, and their types.
+_STATE_ROW = {
+    "CustomerType": "string",
+    "InvoiceNumber": "string",
+    "CreatedTime": "long",
+    "PointsEarned": "long",
+    "Invoice": "string",
+    "WindowStart": "long",
+    "Cents": "long",
+}
+
+
+def _state_row(group: Column, **fields: Column) -> Column:
+    """A `state_rows` struct: the group key ``G``, then every `_STATE_ROW` field in order
+    (null where *fields* does not give it: both kinds of row must have one shape)."""
+    from pyspark.sql import functions as F
+
+    null = F.lit(None)
+    typed = (fields.get(name, null).cast(kind).alias(name) for name, kind in _STATE_ROW.items())
+    return F.struct(group.alias("G"), *typed)
+
+
 def state_rows(invoices: DataFrame) -> DataFrame:
     """Two rows per invoice of *invoices* (`pipeline.valid_invoices`): its customer's and its
     store's, with the group key ``G`` and only the fields each needs."""
@@ -77,26 +99,18 @@ def state_rows(invoices: DataFrame) -> DataFrame:
         .cast("long")
     )
     start = F.col("CreatedTime") - F.pmod(F.col("CreatedTime"), F.lit(WINDOW_MS))
-    null_string, null_long = F.lit(None).cast("string"), F.lit(None).cast("long")
-    customer = F.struct(
-        F.concat(F.lit(CUSTOMER), "CustomerCardNo").alias("G"),
-        F.col("CustomerType"),
-        F.col("InvoiceNumber"),
-        F.col("CreatedTime"),
-        points.alias("PointsEarned"),
-        F.col("value").cast("string").alias("Invoice"),
-        null_long.alias("WindowStart"),
-        null_long.alias("Cents"),
+    customer = _state_row(
+        F.concat(F.lit(CUSTOMER), "CustomerCardNo"),
+        CustomerType=F.col("CustomerType"),
+        InvoiceNumber=F.col("InvoiceNumber"),
+        CreatedTime=F.col("CreatedTime"),
+        PointsEarned=points,
+        Invoice=F.col("value"),
     )
-    store = F.struct(
-        F.concat(F.lit(STORE), "StoreID").alias("G"),
-        null_string.alias("CustomerType"),
-        null_string.alias("InvoiceNumber"),
-        null_long.alias("CreatedTime"),
-        null_long.alias("PointsEarned"),
-        null_string.alias("Invoice"),
-        start.alias("WindowStart"),
-        (F.col("TotalAmount") * 100).cast("long").alias("Cents"),
+    store = _state_row(
+        F.concat(F.lit(STORE), "StoreID"),
+        WindowStart=start,
+        Cents=F.col("TotalAmount") * 100,
     )
     return invoices.select(F.explode(F.array(customer, store)).alias("r")).select("r.*")
 

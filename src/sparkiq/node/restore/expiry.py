@@ -276,11 +276,10 @@ class WindowExpiry:
             it.status()
             del it  # an iterator pins what it reads
         sweep.seen = seen
-        if cursor is None:
-            self._remove(sweep)
         if cursor is not None:
             sweep.cursor = cursor
             return looked
+        self._remove(sweep)
         return self._end_pass(table, sweep, now, looked)
 
     def _remove(self, sweep: _Sweep) -> None:
