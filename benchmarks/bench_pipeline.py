@@ -25,7 +25,8 @@ Goals (the issue "Spark in production"): throughput >= 0.2 of the reference; fre
 <= 1.0 s at 50 invoices/s.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--invoices 60000] [--rate 50] [--seconds 60]
-        [--pipeline FILE] [--param NAME=VALUE] [--trigger '1 second'] [--no-throughput]
+        [--pipeline FILE] [--param NAME=VALUE] [--conf NAME=VALUE] [--trigger '1 second']
+        [--no-throughput]
         [--no-freshness]
 """
 
@@ -374,7 +375,28 @@ async def freshness(
             f"{len(missing)} of {len(acked)} invoices never became queryable, e.g.\n  "
             + "\n  ".join(missing[:5])
         )
+    _print_slow_seconds(acked, latencies)
     return latencies, in_changelog, durations
+
+
+def _print_slow_seconds(acked: list[tuple[str, str, int, float]], latencies: list[float]) -> None:
+    """The seconds (wall clock, as in the pipeline's log) whose invoices took over 1 s, with
+    the slowest of each: stalls show up as runs of them."""
+    to_wall = time.time() - time.monotonic()
+    slow: dict[int, float] = {}
+    for (_, _, _, sent), latency in zip(acked, latencies, strict=True):
+        if latency > 1.0:
+            second = int(sent + to_wall)
+            slow[second] = max(slow.get(second, 0.0), latency)
+    if slow:
+        print(
+            "  seconds with invoices over 1 s (slowest): "
+            + ", ".join(
+                f"{time.strftime('%H:%M:%S', time.localtime(t))} ({ms * 1000:.0f} ms)"
+                for t, ms in sorted(slow.items())
+            ),
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -401,6 +423,9 @@ def main() -> None:
     parser.add_argument("--trigger", default=TRIGGER, help="the pipeline's --trigger")
     parser.add_argument(
         "--param", action="append", default=[], help="NAME=VALUE for the pipeline (repeatable)"
+    )
+    parser.add_argument(
+        "--conf", action="append", default=[], help="Spark setting NAME=VALUE (repeatable)"
     )
     parser.add_argument("--no-throughput", action="store_true", help="measure freshness only")
     parser.add_argument("--no-freshness", action="store_true", help="measure throughput only")
@@ -430,6 +455,7 @@ def main() -> None:
                 "--max-offsets-per-trigger",
                 str(args.rate_rows),
                 *(arg for param in args.param for arg in ("--param", param)),
+                *(arg for conf in args.conf for arg in ("--conf", conf)),
             ],
         ).start()
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)

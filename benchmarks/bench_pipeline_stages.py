@@ -11,10 +11,15 @@ how much of the reference's rate each stage leaves before the next one is added:
 3. ``store-sales``: the same plus the aggregation the reference runs (sum and count per
    store and 1-minute window, update mode, RocksDB state store), into ``noop``: the
    reference's own work, fed from Kafka instead of generated in the JVM;
-4. ``tables``: stage 2 plus `sparkiq.dev.pos.tablestate.table_updates`, the state behind
-   every table of the pipeline's ``tables`` query (two rows per invoice, a shuffle by
-   customer or store, ``applyInPandasWithState``), into ``noop``;
-5. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
+4. ``tables``: stage 2 plus `sparkiq.dev.pos.tables.table_aggregates`, the aggregation
+   behind every table of the pipeline's ``tables`` query (two rows per invoice, one
+   ``groupBy`` of customers and store windows, update mode), into ``noop``; ``loyalty``:
+   stage 2 plus the notifications' running totals (`sparkiq.dev.pos.loyalty`, a Python
+   state per PRIME customer), into ``noop``;
+5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
+   shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
+   through sparkiq's Kafka sink to the broker (~3.3 records per invoice);
+6. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
    least the pipeline, whose routes and tables are two queries, has to do (streaming
    branches of one source do not share its scan, so each query reads and parses every
    invoice).
@@ -50,28 +55,46 @@ from typing import Any
 from bench_pipeline import rate_reference
 from sparkiq.dev.broker import DevBroker
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
+from sparkiq.dev.pos.pipeline import DEFAULT_TOPICS
 from sparkiq.kafka.admin import create_topic
 
 SOURCE = "pos"
 SMALL = "pos-small"  # the same invoices, read in small batches
-STAGES = ("read", "parse", "store-sales", "tables", "read-x2", "parse-x2")
+STAGES = (
+    "read",
+    "parse",
+    "store-sales",
+    "tables",
+    "loyalty",
+    "routes",
+    "routes-kafka",
+    "read-x2",
+    "parse-x2",
+)
 
 STAGE = r"""
-import json, sys
+import json, os, sys
 from pyspark.sql import functions as F
 from sparkiq.dev.pos import pipeline as pos
-from sparkiq.dev.pos.tablestate import table_updates
+from sparkiq.dev.pos.loyalty import notifications
+from sparkiq.dev.pos.tables import table_aggregates
 from sparkiq.spark.session import local_session
 
 stage, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint = sys.argv[1:9]
-spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions))
+spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions),
+                      conf=json.loads(os.environ.get("BENCH_STAGE_CONF", "{}")))
 
 def query(topic, per_batch, cp):
     df = (spark.readStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
           .option("subscribe", topic).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", per_batch).load())
     mode = "append"
-    if not stage.startswith("read"):
+    if stage.startswith("routes"):
+        df = pos._routes(pos.parse_invoices(df), pos.DEFAULT_TOPICS)
+        if stage == "routes-kafka":
+            return (df.writeStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
+                    .trigger(availableNow=True).option("checkpointLocation", cp).start())
+    elif not stage.startswith("read"):
         df = pos.valid_invoices(pos.parse_invoices(df))
     if stage == "store-sales":
         df = (df.withColumn("ts", F.timestamp_millis("CreatedTime"))
@@ -79,7 +102,9 @@ def query(topic, per_batch, cp):
               .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices")))
         mode = "update"
     if stage == "tables":
-        df, mode = table_updates(df), "update"
+        df, mode = table_aggregates(df), "update"
+    if stage == "loyalty":
+        df, mode = notifications(df), "update"
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
             .option("checkpointLocation", cp).start())
 
@@ -103,7 +128,13 @@ spark.stop()
 
 
 def run_stage(
-    stage: str, bootstrap: str, batch: int, small_batch: int, shuffle_partitions: int, work: Path
+    stage: str,
+    bootstrap: str,
+    batch: int,
+    small_batch: int,
+    shuffle_partitions: int,
+    work: Path,
+    conf: dict[str, str],
 ) -> dict[str, Any]:
     """One stage alone in a child process: its full micro-batches over both topics."""
     out = subprocess.run(
@@ -122,6 +153,7 @@ def run_stage(
         ],
         capture_output=True,
         text=True,
+        env={**os.environ, "BENCH_STAGE_CONF": json.dumps(conf)},
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -143,9 +175,19 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=30.0, help="rate reference duration")
     parser.add_argument(
+        "--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}"
+    )
+    parser.add_argument(
         "--shuffle-partitions", type=int, default=1, help="of the stages and the reference"
     )
+    parser.add_argument(
+        "--conf", action="append", default=[], help="KEY=VALUE Spark setting of the stages"
+    )
     args = parser.parse_args()
+    conf = dict(item.split("=", 1) for item in args.conf)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if not stages or not set(stages) <= set(STAGES):
+        parser.error(f"--stages: choose among {', '.join(STAGES)}")
     if args.invoices < (args.warmup_batches + 3) * args.batch:
         parser.error("--invoices must leave at least 3 large batches after --warmup-batches")
     if args.small_batches < args.warmup_batches + 3:
@@ -170,9 +212,11 @@ def main() -> None:
             create_topic(bootstrap, topic, 3)
             produce_invoices(bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5))
             print(f"{n:,} invoices in topic {topic!r}", flush=True)
-        for stage in STAGES:
+        for name in ("shipments", "hadoop", "dead_letter"):  # where routes-kafka writes
+            create_topic(bootstrap, DEFAULT_TOPICS[name], 3)
+        for stage in stages:
             result = run_stage(
-                stage, bootstrap, args.batch, args.small_batch, args.shuffle_partitions, work
+                stage, bootstrap, args.batch, args.small_batch, args.shuffle_partitions, work, conf
             )
             # Per query (parse-x2 runs two), without its warm-up batches.
             skip = args.warmup_batches
@@ -194,12 +238,12 @@ def main() -> None:
     print(f"load average after: {os.getloadavg()}")
     print(
         f"\nthroughput against the reference's {ref['throughput']:,.0f} rows/s: "
-        + ", ".join(f"{s} {rates[s] / ref['throughput']:.2f}" for s in STAGES)
-        + " (the whole pipeline's goal: >= 0.5)"
+        + ", ".join(f"{s} {rates[s] / ref['throughput']:.2f}" for s in stages)
+        + " (the whole pipeline's goal: >= 0.2)"
     )
     print(
         f"batch of {args.small_batch} against the reference's {ref['batch_ms']:.0f} ms: "
-        + ", ".join(f"{s} {small_ms[s] / ref['batch_ms']:.2f}" for s in STAGES)
+        + ", ".join(f"{s} {small_ms[s] / ref['batch_ms']:.2f}" for s in stages)
     )
 
 

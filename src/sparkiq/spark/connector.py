@@ -17,7 +17,7 @@ Java Kafka client, so librdkafka's security settings are translated (`java_secur
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -211,14 +211,16 @@ def sink_options(
     bootstrap_servers: str,
     topic: str | None = None,
     windowed_keys: bool = False,
+    windowed_topics: Sequence[str] = (),
     security: KafkaSecurity = PLAINTEXT,
 ) -> KafkaIO:
     """What writing to Kafka takes with *connector* (BUILTIN or PYTHON).
 
     The built-in sink places keyed records as Kafka's Java producer does (murmur2 of the
     whole key), so a windowed changelog's partition (murmur2 of the key part) must come in
-    a ``partition`` column (`sparkiq.spark.murmur2col`); *windowed_keys* is for sparkiq's
-    sink only.
+    a ``partition`` column (`sparkiq.spark.murmur2col`); *windowed_keys* (every record's
+    key ends with a window start) and *windowed_topics* (those of the records to these
+    topics) are for sparkiq's sink only.
     """
     options: dict[str, str] = {}
     if topic is not None:
@@ -233,6 +235,8 @@ def sink_options(
     _check_resolved(connector)
     options["bootstrap.servers"] = bootstrap_servers
     options["windowedKeys"] = "true" if windowed_keys else "false"
+    if windowed_topics:
+        options["windowedTopics"] = ",".join(windowed_topics)
     options.update(security.spark_options())
     return KafkaIO(FORMAT_NAME, options)
 

@@ -23,7 +23,7 @@ that writes a table and other topics at once (add a ``topic`` column and union t
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from sparkiq.core.durations import parse_duration_ms
@@ -349,6 +349,26 @@ def with_key_part_partition(records: DataFrame, partitions: int) -> DataFrame:
     return (
         records.withColumn(part, F.expr("substring(key, 1, length(key) - 8)"))
         .withColumn("partition", murmur2_partition(part, partitions))
+        .drop(part)
+    )
+
+
+def with_window_partitions(records: DataFrame, windowed: Mapping[str, int]) -> DataFrame:
+    """*records* (a ``topic`` column) whose rows to the windowed changelog topics of
+    *windowed* (topic -> partitions) get the ``partition`` of their key part, as
+    `with_key_part_partition`; the other rows keep theirs (or none: the partitioner's)."""
+    from pyspark.sql import functions as F
+
+    part = "__sparkiq_key_part"
+    given = F.col("partition") if "partition" in records.columns else F.lit(None).cast("int")
+    partition = given
+    for topic, partitions in windowed.items():
+        partition = F.when(
+            given.isNull() & (F.col("topic") == topic), murmur2_partition(part, partitions)
+        ).otherwise(partition)
+    return (
+        records.withColumn(part, F.expr("substring(key, 1, length(key) - 8)"))
+        .withColumn("partition", partition.cast("int"))
         .drop(part)
     )
 

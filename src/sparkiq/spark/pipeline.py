@@ -39,6 +39,8 @@ from sparkiq.spark.materialize import (
     materialize,
     prepare_table,
     start_kafka_write,
+    with_key_part_partition,
+    with_window_partitions,
 )
 
 if TYPE_CHECKING:
@@ -147,16 +149,26 @@ class PipelineContext:
 
         A query that writes the changelogs of *tables* itself (a ``topic`` column naming
         them, see `changelog_columns`) names them, so reads of those tables can wait for
-        what it committed (``after_source``). *trigger_interval* is this query's
-        (``"0 seconds"``: each micro-batch as soon as the last ends); None: the pipeline's
-        (``sparkiq run --trigger``).
+        what it committed (``after_source``); the records of a windowed one among them go
+        to the partition of their key part (all windows of a key where a lookup of the key
+        goes) unless a ``partition`` column already says where. *trigger_interval* is this
+        query's (``"0 seconds"``: each micro-batch as soon as the last ends); None: the
+        pipeline's (``sparkiq run --trigger``).
         """
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
+        windowed = {t.topic: t.partitions for t in tables if t.is_windowed}
+        if windowed and self.kafka_connector is KafkaConnector.BUILTIN:
+            # The JVM's sink hashes whole keys.
+            if "topic" in df.columns:
+                df = with_window_partitions(df, windowed)
+            elif topic in windowed and "partition" not in df.columns:
+                df = with_key_part_partition(df, windowed[topic])
         sink = sink_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,
             topic=topic,
+            windowed_topics=list(windowed),
             security=self.kafka_security,
         )
         return self._start(

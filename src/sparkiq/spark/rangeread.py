@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,8 @@ from pyspark.sql.types import (
 
 from sparkiq.core.errors import KafkaError
 from sparkiq.kafka.consumers import TUNED_READ_CONF
+
+_log = logging.getLogger(__name__)
 
 HEADER_TYPE = StructType(
     [StructField("key", StringType(), True), StructField("value", BinaryType(), True)]
@@ -228,6 +231,16 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
         except _NoRecords as stalled:
             # Records the broker holds but did not answer within the wait: a longer one.
             _raise_fetch_wait(options, wait_ms)
+            _log.warning(
+                "no records of %s[%d] from offset %d within %.1fs at a fetch wait of %d ms; "
+                "this process reads with %d ms from now on",
+                part.topic,
+                part.partition,
+                stalled.position,
+                ESCALATE_AFTER_S,
+                wait_ms,
+                _fetch_wait_ms(options),
+            )
             position = stalled.position
         finally:
             if healthy:

@@ -8,7 +8,8 @@ changelogs pick the partition from the key part alone), optional `headers`
 Kafka's Java client would put them: librdkafka's `murmur2_random` partitioner. With the
 option `windowedKeys=true` the last 8 bytes of every key are a window start and records are
 partitioned by the bytes before them (murmur2 of the key part), so all windows of one key
-land in the partition a lookup of that key goes to.
+land in the partition a lookup of that key goes to; `windowedTopics=a,b` does the same for the
+records to those topics only (a query writing a windowed changelog beside other topics).
 
 Delivery is at least once: a task flushes its producer and returns its commit message only
 when every record is acknowledged, and raises if any delivery failed, so Spark retries the
@@ -77,6 +78,9 @@ class SinkOptions:
     has_partition_column: bool
     has_headers: bool
     windowed_keys: bool = False
+    # Topics whose records are window-keyed (all of them when windowed_keys): a query that
+    # writes a windowed changelog beside others.
+    windowed_topics: frozenset[str] = frozenset()
     flush_timeout_s: float = 120.0
     # Options named `kafka.<setting>` (librdkafka settings); out of the repr, since they may
     # hold passwords.
@@ -107,6 +111,11 @@ class SinkOptions:
             raise ConfigError(f"windowedKeys must be true or false, got {windowed!r}")
         if windowed == "true" and "key" not in columns:
             raise ConfigError("windowedKeys=true needs a key column (key bytes + 8-byte start)")
+        windowed_topics = frozenset(
+            t.strip() for t in opts.get("windowedtopics", "").split(",") if t.strip()
+        )
+        if windowed_topics and "key" not in columns:
+            raise ConfigError("windowedTopics needs a key column (key bytes + 8-byte start)")
         flush_timeout_s = milliseconds_as_s(opts, "flushTimeoutMs", 120_000)
         return cls(
             bootstrap_servers=bootstrap,
@@ -116,6 +125,7 @@ class SinkOptions:
             has_partition_column="partition" in columns,
             has_headers=headers is not None,
             windowed_keys=windowed == "true",
+            windowed_topics=windowed_topics,
             flush_timeout_s=flush_timeout_s,
             kafka_config=librdkafka_settings(opts),
         )
@@ -273,7 +283,7 @@ def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> 
             batch.column("partition").to_pylist() if options.has_partition_column else [None] * n
         )
         headers = _headers_column(batch) if options.has_headers else [None] * n
-        if options.windowed_keys:
+        if options.windowed_keys or options.windowed_topics:
             partitions = _window_partitions(producer, options, topics, keys, partitions)
         for i in range(n):
             topic = topics[i] or options.topic
@@ -325,18 +335,21 @@ def _window_partitions(
     keys: list[bytes | None],
     explicit: list[int | None],
 ) -> list[int | None]:
-    """The partition of each windowed record: murmur2 of its key without the 8-byte start."""
+    """The partition of each windowed record: murmur2 of its key without the 8-byte start
+    (every record with ``windowedKeys``, else those to the ``windowedTopics``)."""
     out: list[int | None] = []
     for topic, key, partition in zip(topics, keys, explicit, strict=True):
-        if partition is not None:
+        name = topic or options.topic or ""
+        windowed = options.windowed_keys or name in options.windowed_topics
+        if partition is not None or not windowed:
             out.append(partition)
             continue
         if key is None or len(key) < 8:
             raise ConfigError(
-                "with windowedKeys=true every key must be the key bytes followed by an 8-byte "
-                f"window start; got {key!r}"
+                f"records to windowed topic {name!r} need a key of the key bytes followed by an "
+                f"8-byte window start; got {key!r}"
             )
-        n = _partition_count(producer, options, topic or options.topic or "")
+        n = _partition_count(producer, options, name)
         out.append(partition_for(key[:-8], n))
     return out
 

@@ -43,7 +43,7 @@ from sparkiq.spark.connector import (
     sink_options,
     source_options,
 )
-from sparkiq.spark.materialize import with_key_part_partition
+from sparkiq.spark.materialize import with_key_part_partition, with_window_partitions
 from sparkiq.spark.murmur2col import murmur2_partition
 from sparkiq.spark.pipeline import PipelineContext
 from sparkiq.spark.runner import RunSettings, spark_conf
@@ -198,6 +198,12 @@ def test_sink_options_of_each_connector() -> None:
     python = sink_options(KafkaConnector.PYTHON, bootstrap_servers="b:1", windowed_keys=True)
     assert python.format == "sparkiq-kafka"
     assert dict(python.options) == {"bootstrap.servers": "b:1", "windowedKeys": "true"}
+    some = sink_options(KafkaConnector.PYTHON, bootstrap_servers="b:1", windowed_topics=["w", "x"])
+    assert dict(some.options) == {
+        "bootstrap.servers": "b:1",
+        "windowedKeys": "false",
+        "windowedTopics": "w,x",
+    }
 
 
 def test_auto_must_be_resolved_before_options_are_made() -> None:
@@ -278,4 +284,20 @@ def test_windowed_records_go_to_the_partition_of_their_key_part(spark: Any) -> N
     assert placed[0].asDict().keys() == {"key", "value", "partition"}
     assert {bytes(r.key): r.partition for r in placed} == {
         key: partition_for(key[:-8], 6) for key, _ in rows
+    }
+
+
+@pytest.mark.spark
+def test_only_the_windowed_topics_records_get_their_key_parts_partition(spark: Any) -> None:
+    start = (1_763_000_000_000).to_bytes(8, "big")
+    rows = [(f"store-{i}".encode() + start, "windows", None) for i in range(20)]
+    rows += [(f"card-{i}".encode(), "plain", None) for i in range(20)]
+    rows += [(b"given" + start, "windows", 5)]  # an explicit partition stays
+    records = spark.createDataFrame(rows, "key binary, topic string, partition int")
+    placed = with_window_partitions(records, {"windows": 6}).collect()
+    assert {bytes(r.key): r.partition for r in placed} == {
+        key: (partition if partition is not None else partition_for(key[:-8], 6))
+        if topic == "windows"
+        else None
+        for key, topic, partition in rows
     }

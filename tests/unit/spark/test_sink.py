@@ -135,6 +135,44 @@ def test_batch_write_honours_explicit_partitions_and_topic_columns(
 
 
 @pytest.mark.spark
+def test_windowed_topics_partition_their_records_by_the_key_part_only(
+    spark: Any, bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    windowed, plain = unique_name("sink-windows"), unique_name("sink-plain")
+    create_topic(bootstrap, windowed, 6)
+    create_topic(bootstrap, plain, 6)
+    starts = [(60_000 * i).to_bytes(8, "big") for i in range(4)]
+    rows = [(f"store-{s}".encode() + start, b"w", windowed) for s in range(5) for start in starts]
+    # Keys that end in 8 bytes as well, to a topic that is not windowed: hashed whole.
+    rows += [(f"customer-{c}".encode() + starts[1], b"p", plain) for c in range(5)]
+    df = spark.createDataFrame(rows, "key binary, value binary, topic string")
+
+    (
+        df.write.format("sparkiq-kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("windowedTopics", windowed)
+        .mode("append")
+        .save()
+    )
+
+    on_windowed = read_topic(bootstrap, windowed, 6)
+    assert len(on_windowed) == 20
+    for m in on_windowed:
+        key: bytes = m.key()  # type: ignore[assignment]
+        assert m.partition() == _kafka_partition(key[:-8], 6), key
+    on_plain = read_topic(bootstrap, plain, 6)
+    assert len(on_plain) == 5
+    assert [m.partition() for m in on_plain] == [
+        _kafka_partition(m.key(), 6)  # type: ignore[arg-type]
+        for m in on_plain
+    ]
+    # The test means something: some store's key part and whole key hash apart.
+    assert any(
+        _kafka_partition(k[:-8], 6) != _kafka_partition(k, 6) for k, _, t in rows if t == windowed
+    )
+
+
+@pytest.mark.spark
 def test_undeliverable_records_fail_the_write(
     spark: Any, bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
@@ -186,3 +224,8 @@ def test_windowed_keys_option_is_checked() -> None:
     value_only = StructType([StructField("value", BinaryType())])
     with pytest.raises(ConfigError, match="needs a key column"):
         SinkOptions.parse({**base, "windowedKeys": "true"}, value_only)
+    topics = SinkOptions.parse({**base, "windowedTopics": " a, b ,"}, kv).windowed_topics
+    assert topics == frozenset({"a", "b"})
+    assert SinkOptions.parse(base, kv).windowed_topics == frozenset()
+    with pytest.raises(ConfigError, match="needs a key column"):
+        SinkOptions.parse({**base, "windowedTopics": "a"}, value_only)

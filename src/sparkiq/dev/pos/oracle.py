@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sparkiq.dev.pos.tablestate import POINTS_PER
+from sparkiq.dev.pos.tables import POINTS_PER
 
 Invoice = Mapping[str, Any]
 WINDOW_MS = 60_000

@@ -5,29 +5,30 @@ Run it with ``sparkiq run src/sparkiq/dev/pos/pipeline.py --bootstrap-servers HO
 Invoices (JSON, keyed by store id) arrive on ``pos``. Each query parses each invoice once
 (`parse_invoices`). Two streaming queries:
 
-- ``pos-routes`` (stateless, one pass over each micro-batch): a record whose value does not
-  parse as an invoice goes to ``pos-dead-letter`` with the reason and its source position,
-  and is counted (observed metric ``dead_letters``); HOME-DELIVERY invoices go to
-  ``shipments`` as received; every invoice is masked (no card number, no contact number)
-  and flattened to one record per line item on ``hadoop-sink``.
-- ``tables``: one state per customer and one per store (`sparkiq.dev.pos.tablestate`) for
-  every table. PRIME customers' invoices earn ``floor(TotalAmount / 50)`` points: each
-  becomes a notification on ``loyalty`` carrying the points earned and the new running
-  total, and the last total of each micro-batch updates the table ``rewards`` (customer ->
-  total points). The table ``latest-invoice`` gets customer -> the invoice with the
-  greatest (CreatedTime, InvoiceNumber), as received. The windowed table ``store-sales``
-  gets store -> sales (exact decimal sum) and invoice count per 1-minute window of
-  CreatedTime, each window kept an hour after the store's newest (the table's retention).
+- ``tables``: the tables, from one Spark aggregation (`sparkiq.dev.pos.tables`): the table
+  ``latest-invoice`` gets customer -> the invoice with the greatest (CreatedTime,
+  InvoiceNumber), as received; ``rewards`` gets customer -> total points of a PRIME
+  customer, whose invoices earn ``floor(TotalAmount / 50)`` points each; the windowed table
+  ``store-sales`` gets store -> sales (exact decimal sum) and invoice count per 1-minute
+  window of CreatedTime, an invoice more than 10 minutes older than the newest one left out,
+  each window kept an hour (the table's retention).
+- ``pos-routes`` (topics, not tables): a record whose value does not parse as an invoice
+  goes to ``pos-dead-letter`` with the reason and its source position, and is counted
+  (observed metric ``dead_letters``); HOME-DELIVERY invoices go to ``shipments`` as
+  received; every invoice is masked (no card number, no contact number) and flattened to
+  one record per line item on ``hadoop-sink``; each PRIME invoice becomes a notification on
+  ``loyalty`` carrying the points earned and the customer's new running total
+  (`sparkiq.dev.pos.loyalty`).
 
 Before them, the global table ``stores`` (store id -> name, city, state: reference data
 every node holds whole) is written once from `store_directory`.
 
 Each query has its own trigger: ``tables`` starts a micro-batch every `TABLES_TRIGGER`
 (back to back under load: its tables' freshness is what the serving tier shows), the
-routes every `ROUTES_TRIGGER` (shipments and files, where a second does not matter: half
-the fixed cost per second, and still up to 10,000 invoices/s in batches of 20,000). The
-parameters ``tables_trigger`` and ``routes_trigger`` (``sparkiq run --param``) override
-them; ``sparkiq run --trigger`` applies to queries that do not choose their own.
+routes every `ROUTES_TRIGGER` (topics, where a second does not matter: half the fixed cost
+per second, and still up to 10,000 invoices/s in batches of 20,000). The parameters
+``tables_trigger`` and ``routes_trigger`` (``sparkiq run --param``) override them;
+``sparkiq run --trigger`` applies to queries that do not choose their own.
 
 `sparkiq.dev.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
@@ -37,19 +38,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkiq.dev.pos import tablestate
 from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
-from sparkiq.dev.pos.tablestate import table_updates
-from sparkiq.spark.materialize import changelog_columns, define_table
+from sparkiq.dev.pos.loyalty import notification_records, notifications
+from sparkiq.dev.pos.tables import table_records
+from sparkiq.spark.materialize import define_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from sparkiq.core.tables import TableDef
     from sparkiq.spark.pipeline import PipelineContext
 
 
-WINDOW = "1 minute"  # tablestate.WINDOW_MS
+WINDOW = "1 minute"  # tables.WINDOW_MS
 RETENTION = "1 hour"  # store-sales windows are kept this long after the newest one ends
 TABLES_TRIGGER = "250 milliseconds"
 ROUTES_TRIGGER = "2 seconds"
@@ -218,22 +218,6 @@ def pipeline(ctx: PipelineContext) -> None:
         partitions=partitions,
         description="store -> name, city and state (global: every node holds it whole)",
     )
-    raw = ctx.read(topics["source"])
-    parsed = parse_invoices(raw)
-
-    # 1. Stateless branches, with the dead letters counted.
-    routed = parsed.observe(
-        "pos",
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.col("reason").isNotNull().cast("long")).alias("dead_letters"),
-    )
-    ctx.write(
-        _routes(routed, topics),
-        name="pos-routes",
-        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
-    )
-
-    # 2. One state per customer and per store for every table (`tablestate`).
     rewards = define_table(
         "rewards",
         partitions=partitions,
@@ -256,60 +240,30 @@ def pipeline(ctx: PipelineContext) -> None:
     )
     for table in (rewards, latest, sales):
         ctx.prepare_table(table)
+    parsed = parse_invoices(ctx.read(topics["source"]))
+    valid = valid_invoices(parsed)
+
+    # 1. Every table from one aggregation (`sparkiq.dev.pos.tables`).
     ctx.write(
-        _table_records(
-            table_updates(valid_invoices(parsed), sales.partitions), topics, rewards, latest, sales
-        ),
+        table_records(valid, rewards, latest, sales),
         name="tables",
         output_mode="update",
         tables=(rewards, latest, sales),
         trigger_interval=ctx.params.get("tables_trigger", TABLES_TRIGGER),
     )
 
-
-def _table_records(
-    updates: DataFrame,
-    topics: dict[str, str],
-    rewards: TableDef,
-    latest: TableDef,
-    sales: TableDef,
-) -> DataFrame:
-    """`tablestate.UPDATE_SCHEMA` rows as (topic, key, value, partition) records."""
-    from pyspark.sql import functions as F
-
-    kind = F.col("Kind")
-    is_note, is_reward = kind == tablestate.NOTIFICATION, kind == tablestate.REWARD
-    is_sales = kind == tablestate.SALES
-    reward_key, reward_value = changelog_columns(
-        updates, rewards, key="CustomerCardNo", value=F.struct("CustomerCardNo", "TotalPoints")
+    # 2. Topics: the stateless branches, with the dead letters counted, and the loyalty
+    # notifications.
+    routed = parsed.observe(
+        "pos",
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.col("reason").isNotNull().cast("long")).alias("dead_letters"),
     )
-    latest_key, latest_value = changelog_columns(
-        updates, latest, key="CustomerCardNo", value="Invoice"
-    )
-    # Cents back to the exact decimal a sum of TotalAmount (decimal(12,2)) has.
-    amount = (F.col("Cents").cast("decimal(22,0)") / 100).cast("decimal(22,2)")
-    sales_key, sales_value = changelog_columns(
-        updates,
-        sales,
-        key="StoreID",
-        value=F.struct(amount.alias("Sales"), F.col("Invoices")),
-        window=F.struct(F.timestamp_millis("WindowStart").alias("start")),
-    )
-    notification = F.to_json(
-        F.struct("CustomerCardNo", "InvoiceNumber", "CreatedTime", "PointsEarned", "TotalPoints")
-    ).cast("binary")
-    return updates.select(
-        F.when(is_note, F.lit(topics["loyalty"]))
-        .when(is_reward, F.lit(rewards.topic))
-        .when(is_sales, F.lit(sales.topic))
-        .otherwise(F.lit(latest.topic))
-        .alias("topic"),
-        F.when(is_reward, reward_key).when(is_sales, sales_key).otherwise(latest_key).alias("key"),
-        F.when(is_note, notification)
-        .when(is_reward, reward_value)
-        .when(is_sales, sales_value)
-        .otherwise(latest_value)
-        .alias("value"),
-        # A store's windows: the partition of the store id alone (the others: by key).
-        F.col("Partition").alias("partition"),
+    ctx.write(
+        _routes(routed, topics).unionByName(
+            notification_records(notifications(valid), topics["loyalty"])
+        ),
+        name="pos-routes",
+        output_mode="update",
+        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
     )
