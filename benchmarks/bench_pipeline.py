@@ -26,8 +26,7 @@ Goals (the issue "Spark in production"): throughput >= 0.2 of the reference; fre
 
     .venv/bin/python benchmarks/bench_pipeline.py [--invoices 60000] [--rate 50] [--seconds 60]
         [--pipeline FILE] [--param NAME=VALUE] [--conf NAME=VALUE] [--trigger '1 second']
-        [--no-throughput]
-        [--no-freshness]
+        [--no-throughput] [--no-freshness]
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ that writes a table and other topics at once (add a ``topic`` column and union t
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from sparkiq.core.durations import parse_duration_ms
@@ -343,32 +343,43 @@ def with_key_part_partition(records: DataFrame, partitions: int) -> DataFrame:
     """Windowed changelog *records* with the ``partition`` of their key part (all but the
     last 8 bytes, the window start) under murmur2, computed in the JVM: the built-in sink
     would hash the whole key."""
+    return _with_partition_of_key_part(records, lambda part: murmur2_partition(part, partitions))
+
+
+def with_window_partitions(
+    records: DataFrame, windowed: Mapping[str, int], topic: str | None = None
+) -> DataFrame:
+    """*records* whose rows to the windowed changelog topics of *windowed* (topic ->
+    partitions) get the ``partition`` of their key part, as `with_key_part_partition`; the
+    other rows keep theirs (or none: the partitioner's). A row's topic is its ``topic``
+    column, else *topic* (the sink's)."""
     from pyspark.sql import functions as F
 
-    part = "__sparkiq_key_part"
-    return (
-        records.withColumn(part, F.expr("substring(key, 1, length(key) - 8)"))
-        .withColumn("partition", murmur2_partition(part, partitions))
-        .drop(part)
-    )
-
-
-def with_window_partitions(records: DataFrame, windowed: Mapping[str, int]) -> DataFrame:
-    """*records* (a ``topic`` column) whose rows to the windowed changelog topics of
-    *windowed* (topic -> partitions) get the ``partition`` of their key part, as
-    `with_key_part_partition`; the other rows keep theirs (or none: the partitioner's)."""
-    from pyspark.sql import functions as F
-
-    part = "__sparkiq_key_part"
+    row_topic = F.col("topic") if "topic" in records.columns else F.lit(topic)
     given = F.col("partition") if "partition" in records.columns else F.lit(None).cast("int")
-    partition = given
-    for topic, partitions in windowed.items():
-        partition = F.when(
-            given.isNull() & (F.col("topic") == topic), murmur2_partition(part, partitions)
-        ).otherwise(partition)
+
+    def partition_of(part: str) -> Column:
+        partition = given
+        for name, partitions in windowed.items():
+            partition = F.when(
+                given.isNull() & (row_topic == name), murmur2_partition(part, partitions)
+            ).otherwise(partition)
+        return partition.cast("int")
+
+    return _with_partition_of_key_part(records, partition_of)
+
+
+def _with_partition_of_key_part(
+    records: DataFrame, partition_of: Callable[[str], Column]
+) -> DataFrame:
+    """*records* with ``partition`` set to *partition_of* the name of a column that holds
+    each key's key part (the key without its 8-byte window start)."""
+    from pyspark.sql import functions as F
+
+    part = "__sparkiq_key_part"
     return (
         records.withColumn(part, F.expr("substring(key, 1, length(key) - 8)"))
-        .withColumn("partition", partition.cast("int"))
+        .withColumn("partition", partition_of(part))
         .drop(part)
     )
 

@@ -39,7 +39,6 @@ from sparkiq.spark.materialize import (
     materialize,
     prepare_table,
     start_kafka_write,
-    with_key_part_partition,
     with_window_partitions,
 )
 
@@ -158,12 +157,9 @@ class PipelineContext:
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
         windowed = {t.topic: t.partitions for t in tables if t.is_windowed}
-        if windowed and self.kafka_connector is KafkaConnector.BUILTIN:
-            # The JVM's sink hashes whole keys.
-            if "topic" in df.columns:
-                df = with_window_partitions(df, windowed)
-            elif topic in windowed and "partition" not in df.columns:
-                df = with_key_part_partition(df, windowed[topic])
+        builtin = self.kafka_connector is KafkaConnector.BUILTIN
+        if builtin and windowed and ("topic" in df.columns or topic in windowed):
+            df = with_window_partitions(df, windowed, topic)  # the JVM's sink hashes whole keys
         sink = sink_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,

@@ -301,3 +301,11 @@ def test_only_the_windowed_topics_records_get_their_key_parts_partition(spark: A
         else None
         for key, topic, partition in rows
     }
+    # Without a topic column, the sink's topic decides for every row.
+    alone = records.where("topic = 'windows' AND partition IS NULL").drop("topic", "partition")
+    placed = with_window_partitions(alone, {"windows": 6}, "windows").collect()
+    assert {bytes(r.key): r.partition for r in placed} == {
+        key: partition_for(key[:-8], 6)
+        for key, topic, p in rows
+        if topic == "windows" and p is None
+    }
