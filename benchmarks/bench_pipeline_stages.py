@@ -18,7 +18,11 @@ how much of the reference's rate each stage leaves before the next one is added:
    state per PRIME customer), into ``noop``;
 5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
    shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
-   through sparkiq's Kafka sink to the broker (~3.3 records per invoice);
+   through sparkiq's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
+   stage 4's table records written as the pipeline writes them (`start_kafka_write`'s
+   `BatchProducer`: small micro-batches produced from the driver in local mode), and
+   ``tables-kafka-tasks`` the same with every micro-batch produced by the executors' Python
+   workers;
 6. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
    least the pipeline, whose routes and tables are two queries, has to do (streaming
    branches of one source do not share its scan, so each query reads and parses every
@@ -68,6 +72,8 @@ STAGES = (
     "loyalty",
     "routes",
     "routes-kafka",
+    "tables-kafka",
+    "tables-kafka-tasks",
     "read-x2",
     "parse-x2",
 )
@@ -103,10 +109,28 @@ def query(topic, per_batch, cp):
         mode = "update"
     if stage == "tables":
         df, mode = table_aggregates(df), "update"
+    if stage.startswith("tables-kafka"):
+        return tables_to_kafka(df, cp, local=stage == "tables-kafka")
     if stage == "loyalty":
         df, mode = notifications(df), "update"
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
             .option("checkpointLocation", cp).start())
+
+def tables_to_kafka(df, cp, local):
+    from sparkiq.dev.pos.tables import table_records
+    from sparkiq.spark.connector import KafkaConnector, sink_options
+    from sparkiq.spark.kafkawrite import BatchProducer
+    from sparkiq.spark.materialize import define_table, prepare_table
+
+    tables = [define_table("rewards", app="bench"), define_table("latest-invoice", app="bench"),
+              define_table("store-sales", app="bench", window_size="1 minute")]
+    for table in tables:
+        prepare_table(bootstrap, table, app="bench")
+    sink = sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap,
+                        windowed_topics=[tables[2].topic])
+    return (table_records(df, *tables).writeStream.outputMode("update")
+            .trigger(availableNow=True).option("checkpointLocation", cp)
+            .foreachBatch(BatchProducer(sink, cp, local=local)).start())
 
 def run(topic, per_batch, cp):
     # read-x2, parse-x2: two queries at once, each reading (and parsing) every invoice.

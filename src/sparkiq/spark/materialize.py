@@ -22,8 +22,7 @@ that writes a table and other topics at once (add a ``topic`` column and union t
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from sparkiq.core.durations import parse_duration_ms
@@ -32,13 +31,11 @@ from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP, register_table
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
-from sparkiq.spark.connector import KafkaConnector, KafkaIO, sink_options
+from sparkiq.spark.connector import KafkaConnector, sink_options
+from sparkiq.spark.kafkawrite import start_kafka_write, write_kafka_once
 from sparkiq.spark.murmur2col import murmur2_partition
-from sparkiq.spark.options import FORMAT_NAME
-from sparkiq.spark.sink import SinkOptions, produce_batches
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -382,60 +379,3 @@ def _with_partition_of_key_part(
         .withColumn("partition", partition_of(part))
         .drop(part)
     )
-
-
-def start_kafka_write(
-    df: DataFrame,
-    *,
-    name: str,
-    sink: KafkaIO,
-    checkpoint_location: str,
-    output_mode: str = "append",
-    trigger_interval: str | None = None,
-) -> StreamingQuery:
-    """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka.
-
-    *sink* (`sparkiq.spark.connector.sink_options`) says which sink: Spark's built-in
-    ``kafka`` sink is given the DataFrame as it is (the JVM produces; no Python worker).
-
-    With the `sparkiq-kafka` sink each micro-batch is produced by the executors' Python
-    workers (``mapInArrow`` over the batch, the sink's own producing code) from
-    ``foreachBatch``: every record is acknowledged before the batch ends, so Spark commits
-    the batch only after Kafka has it, and a failed batch is written again on restart (at
-    least once). This path serves any output mode, and it starts no Python process per
-    micro-batch: Spark runs the commit of a Python data source sink in a fresh Python
-    process each time, which costs seconds per batch on a busy machine.
-    """
-    writer = df.writeStream.option("checkpointLocation", checkpoint_location)
-    writer = writer.outputMode(output_mode).queryName(name)
-    if trigger_interval:
-        writer = writer.trigger(processingTime=trigger_interval)
-    if sink.format != FORMAT_NAME:
-        return writer.format(sink.format).options(**sink.options).start()
-
-    def write_batch(batch: DataFrame, _batch_id: int) -> None:
-        write_kafka_once(batch, sink)
-
-    return writer.foreachBatch(write_batch).start()
-
-
-def write_kafka_once(df: DataFrame, sink: KafkaIO) -> None:
-    """Produce a batch DataFrame (key, value[, topic]) to Kafka through *sink*, every record
-    acknowledged before this returns."""
-    if sink.format != FORMAT_NAME:
-        df.write.format(sink.format).options(**sink.options).save()
-        return
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    options = SinkOptions.parse(sink.options, df.schema)
-    counted = StructType([StructField("records", LongType(), False)])
-    df.mapInArrow(functools.partial(produce_partition, options), counted).collect()
-
-
-def produce_partition(
-    options: SinkOptions, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Produce one partition of a micro-batch; yield how many records Kafka acknowledged."""
-    import pyarrow as pa
-
-    yield pa.RecordBatch.from_pydict({"records": [produce_batches(options, batches)]})

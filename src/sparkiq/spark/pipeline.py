@@ -35,12 +35,8 @@ from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
-from sparkiq.spark.materialize import (
-    materialize,
-    prepare_table,
-    start_kafka_write,
-    with_window_partitions,
-)
+from sparkiq.spark.kafkawrite import start_kafka_write
+from sparkiq.spark.materialize import materialize, prepare_table, with_window_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -202,24 +202,29 @@ _PRODUCERS: dict[tuple[str, tuple[tuple[str, str], ...]], Producer] = {}
 _PRODUCERS_LOCK = threading.Lock()
 
 
+def new_producer(options: SinkOptions) -> Producer:
+    """A producer with the sink's settings, for a caller that keeps its own."""
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": options.bootstrap_servers}
+    conf.update(_PRODUCER_CONF)
+    conf.update(dict(options.kafka_config))
+    return Producer(conf)
+
+
 def _producer(options: SinkOptions) -> Producer:
     key = (options.bootstrap_servers, options.kafka_config)
     with _PRODUCERS_LOCK:
         producer = _PRODUCERS.get(key)
         if producer is None:
-            conf: dict[str, str | int | float | bool] = {
-                "bootstrap.servers": options.bootstrap_servers
-            }
-            conf.update(_PRODUCER_CONF)
-            conf.update(dict(options.kafka_config))
-            producer = Producer(conf)
+            producer = new_producer(options)
             _PRODUCERS[key] = producer
         return producer
 
 
-def _drop_producer(options: SinkOptions) -> None:
+def _drop_producer(options: SinkOptions, producer: Producer) -> None:
+    key = (options.bootstrap_servers, options.kafka_config)
     with _PRODUCERS_LOCK:
-        _PRODUCERS.pop((options.bootstrap_servers, options.kafka_config), None)
+        if _PRODUCERS.get(key) is producer:
+            del _PRODUCERS[key]
 
 
 def close_cached_producers(timeout_s: float = 10.0) -> None:
@@ -250,13 +255,18 @@ def _headers_column(batch: pa.RecordBatch) -> list[list[tuple[str, str | bytes |
     ]
 
 
-def produce_batches(options: SinkOptions, batches: Iterable[pa.RecordBatch]) -> int:
+def produce_batches(
+    options: SinkOptions, batches: Iterable[pa.RecordBatch], producer: Producer | None = None
+) -> int:
     """Produce every row of *batches*; return the count once all are acknowledged.
 
-    Raises KafkaError if any record was not delivered: the task must fail rather than let
-    Spark believe the rows were written.
+    With *producer* None, through this process's shared producer for *options* (a task's
+    Python worker keeps it from one micro-batch to the next). Raises KafkaError if any
+    record was not delivered: the task must fail rather than let Spark believe the rows
+    were written.
     """
-    producer = _producer(options)
+    if producer is None:
+        producer = _producer(options)
     failures: list[str] = []
     failed = 0
 
@@ -395,7 +405,7 @@ def _flush(producer: Producer, options: SinkOptions, count: int) -> None:
         # Undelivered records would otherwise be delivered (or fail) during a later task.
         producer.purge()
         producer.flush(0)
-        _drop_producer(options)
+        _drop_producer(options, producer)
         raise KafkaError(
             f"{remaining} of {count} records were still undelivered to "
             f"{options.bootstrap_servers} after {options.flush_timeout_s:.0f}s; the task "

@@ -1,0 +1,84 @@
+"""`kafkawrite`: a streaming query's micro-batches reach Kafka whole, small ones from the driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import functions as F
+
+from sparkiq.core.partitioner import partition_for
+from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.connector import KafkaConnector, sink_options
+from sparkiq.spark.kafkawrite import BatchProducer
+from tests.support.spark import read_topic
+
+pytest_plugins = ["tests.support.spark"]
+
+
+def _produce(bootstrap: str, topic: str, n: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(n):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2)
+    producer.flush()
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("local", "driver_max", "in_driver"), [(True, 150, 3), (False, 150, 0)])
+def test_batches_are_produced_whole_from_the_driver_when_small_and_local(
+    spark: Any,
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    local: bool,
+    driver_max: int,
+    in_driver: int,
+) -> None:
+    source, sink = unique_name("kw-in"), unique_name("kw-out")
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 3)
+    _produce(bootstrap, source, 400)
+    checkpoint = str(tmp_path / "cp")
+    writer = BatchProducer(
+        sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
+        checkpoint,
+        local=local,
+        driver_max_records=driver_max,
+    )
+    query = (
+        spark.readStream.format("sparkiq-kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 100)
+        .load()
+        .select("key", F.upper(F.col("value").cast("string")).alias("value"))
+        .writeStream.option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .foreachBatch(writer)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    # Four batches of 100: the first's size is unknown (no log before it), so the executors
+    # produce it; the rest are small enough for the driver, in local mode only.
+    assert (writer.in_driver, writer.by_executors) == (in_driver, 4 - in_driver)
+    written = read_topic(bootstrap, sink, 3)
+    assert sorted((m.key(), m.value()) for m in written) == sorted(
+        (f"k{i}".encode(), f"V{i}".encode()) for i in range(400)
+    )
+    assert all(m.partition() == partition_for(m.key(), 3) for m in written)  # type: ignore[arg-type]
+
+
+def test_a_batch_over_the_limit_or_of_unknown_size_goes_to_the_executors(tmp_path: Path) -> None:
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    for batch_id, end in ((0, 10), (1, 2_010), (2, 4_011)):
+        (offsets / str(batch_id)).write_text(f'v1\n{{}}\n{{"t": {{"0": {end}}}}}')
+    sink = sink_options(KafkaConnector.PYTHON, bootstrap_servers="127.0.0.1:9", topic="t")
+    writer = BatchProducer(sink, str(tmp_path), local=True, driver_max_records=2_000)
+    assert [writer.produces_in_driver(b) for b in (0, 1, 2, 3)] == [False, True, False, False]
+    remote = BatchProducer(sink, str(tmp_path), local=False)
+    assert not remote.produces_in_driver(1)
