@@ -320,7 +320,8 @@ def _key_value(
     envvar="SPARKIQ_SPARK_MASTER",
     default=None,
     help="Spark master: local[N] or a cluster URL such as spark://host:7077 (default: "
-    "spark-submit's --master when run under spark-submit, else local[*]).",
+    "spark-submit's --master when run under spark-submit, else local[2 x cores]: two "
+    "task slots per core, so one query's tasks do not wait for another's).",
 )
 @env_option(
     "--checkpoint-dir",

@@ -1,6 +1,6 @@
 """`sparkiq run PIPELINE.py`: run a pipeline file until it fails or is told to stop.
 
-The runner builds the SparkSession (``local[*]`` or any Spark master URL, with the packages
+The runner builds the SparkSession (local mode or any Spark master URL, with the packages
 of ``--packages``), chooses the Kafka connector (``--kafka-connector``:
 `sparkiq.spark.connector.choose_connector`), hands the file's ``pipeline(ctx)`` a
 `PipelineContext`, and then watches the queries it started: a progress
@@ -54,8 +54,9 @@ class RunSettings:
     bootstrap_servers: str
     # A local directory, or a URL of shared storage (hdfs://, s3a://, ...) on a cluster.
     checkpoint_dir: Path | str
-    # None: spark-submit's master when run under spark-submit, else local[*].
-    master: str | None = "local[*]"
+    # None: spark-submit's master when run under spark-submit, else local mode with two
+    # task slots per core (`sparkiq.spark.session.default_local_master`).
+    master: str | None = None
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
     max_offsets_per_trigger: int | None = None

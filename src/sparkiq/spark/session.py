@@ -118,6 +118,21 @@ def register_data_sources(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
+def default_local_master() -> str:
+    """The master of a pipeline run without one: local mode with twice as many task slots as
+    the machine has cores.
+
+    A task of sparkiq's Kafka source or sink holds its slot while a Python worker reads or
+    produces, its JVM thread waiting; with one slot per core (``local[*]``), the micro-batch
+    of one query waits for a slot while another query's tasks hold them all, though the
+    cores are not all busy. With twice the slots the operating system shares the cores
+    among the queries' threads instead. The POS pipeline's freshness p99 at 50 invoices/s on
+    2 cores: 1.06-1.23 s with ``local[2]``, 0.88-1.08 s with ``local[4]`` (three runs each,
+    BENCHMARKS.md); its throughput did not change.
+    """
+    return f"local[{2 * (os.cpu_count() or 1)}]"
+
+
 def local_session(
     app_name: str = "sparkiq",
     *,
@@ -128,7 +143,7 @@ def local_session(
     """A SparkSession for *master*, on 127.0.0.1, with sparkiq's data sources registered.
 
     *master* None is the master spark-submit was given when this process runs under
-    spark-submit (it started the JVM), else ``local[*]``.
+    spark-submit (it started the JVM), else `default_local_master`.
 
     `shuffle_partitions` is small by default: on a 2-core machine each extra shuffle partition
     of a stateful query costs a state store task per micro-batch.
@@ -153,7 +168,7 @@ def local_session(
 
     builder = SparkSession.builder.appName(app_name)
     if master is None and not under_submit:
-        master = "local[*]"
+        master = default_local_master()
     if master is not None:
         builder = builder.master(master)
     for key, value in settings.items():

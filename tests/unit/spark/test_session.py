@@ -1,5 +1,5 @@
-"""The local session's settings: checkpoints on the local file system written without forks;
-Spark's falling-behind warnings quiet."""
+"""The local session's settings: two task slots per core by default; checkpoints on the local
+file system written without forks; Spark's falling-behind warnings quiet."""
 
 from __future__ import annotations
 
@@ -12,15 +12,22 @@ from sparkiq.spark.connector import class_on_classpath
 from sparkiq.spark.session import (
     _FALLING_BEHIND_LOGGERS,
     CHECKPOINT_FILE_MANAGER_CONF,
+    default_local_master,
     quiet_falling_behind,
     use_local_checkpoint_files,
 )
 
 pytest_plugins = ["tests.support.spark"]
 
-pytestmark = pytest.mark.spark
+
+def test_local_mode_gets_two_task_slots_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    assert default_local_master() == "local[6]"
+    monkeypatch.setattr("os.cpu_count", lambda: None)  # unknown: as one core
+    assert default_local_master() == "local[2]"
 
 
+@pytest.mark.spark
 def test_local_checkpoints_use_a_file_manager_spark_has(spark: Any, tmp_path: Path) -> None:
     spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
     try:
@@ -46,6 +53,7 @@ def test_local_checkpoints_use_a_file_manager_spark_has(spark: Any, tmp_path: Pa
         spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
 
 
+@pytest.mark.spark
 def test_a_file_manager_the_caller_chose_is_kept(spark: Any) -> None:
     mine = "org.example.MyCheckpointFileManager"
     spark.conf.set(CHECKPOINT_FILE_MANAGER_CONF, mine)
@@ -56,6 +64,7 @@ def test_a_file_manager_the_caller_chose_is_kept(spark: Any) -> None:
         spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)
 
 
+@pytest.mark.spark
 def test_falling_behind_warnings_are_quiet_for_the_executor_spark_has(spark: Any) -> None:
     jvm = spark.sparkContext._jvm
     present = [name for name in _FALLING_BEHIND_LOGGERS if class_on_classpath(spark, name)]
