@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-KafkaOffsets = dict[str, dict[str, int]]
+KafkaOffsets = dict[tuple[str, str], int]
+"""(topic, partition as written) -> next offset, of one source."""
 
 
 def local_checkpoint_dir(location: str) -> Path | None:
@@ -42,9 +43,10 @@ def _kafka_offsets(line: str) -> KafkaOffsets | None:
     for topic, parts in raw.items():
         if not isinstance(parts, dict):
             return None
-        if not all(isinstance(o, int) and not isinstance(o, bool) for o in parts.values()):
-            return None
-        out[str(topic)] = {str(p): int(o) for p, o in parts.items()}
+        for partition, offset in parts.items():
+            if not isinstance(offset, int) or isinstance(offset, bool):
+                return None
+            out[(str(topic), str(partition))] = offset
     return out
 
 
@@ -77,9 +79,8 @@ def batch_records(checkpoint_location: str, batch_id: int) -> int | None:
     start = read_offsets(directory / "offsets" / str(batch_id - 1))
     if end is None or start is None or len(end) != len(start):
         return None
-    total = 0
-    for before, after in zip(start, end, strict=True):
-        for topic, parts in after.items():
-            for partition, offset in parts.items():
-                total += max(0, offset - before.get(topic, {}).get(partition, 0))
-    return total
+    return sum(
+        max(0, offset - before.get(tp, 0))
+        for before, after in zip(start, end, strict=True)
+        for tp, offset in after.items()
+    )

@@ -7,23 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 from sparkiq.core.partitioner import partition_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.connector import KafkaConnector, sink_options
 from sparkiq.spark.kafkawrite import BatchProducer
+from tests.support.restore import produce
 from tests.support.spark import read_topic
 
 pytest_plugins = ["tests.support.spark"]
-
-
-def _produce(bootstrap: str, topic: str, n: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(n):
-        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2)
-    producer.flush()
 
 
 @pytest.mark.spark
@@ -40,7 +33,7 @@ def test_batches_are_produced_whole_from_the_driver_when_small_and_local(
     source, sink = unique_name("kw-in"), unique_name("kw-out")
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 3)
-    _produce(bootstrap, source, 400)
+    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), f"v{i}".encode()) for i in range(400)])
     checkpoint = str(tmp_path / "cp")
     writer = BatchProducer(
         sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
