@@ -23,7 +23,15 @@ from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.kafka.catalog import register_table
 from tests.support import browser
 from tests.support.auth import CLUSTER_SECRET, SECRET, hs256, write
-from tests.support.consoledata import ITEMS, SALES, WINDOW_MS, ConsoleData, seed
+from tests.support.consoledata import (
+    ITEMS,
+    PLACES,
+    PLACES_PARTITIONS,
+    SALES,
+    WINDOW_MS,
+    ConsoleData,
+    seed,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -125,11 +133,23 @@ def test_the_start_page_names_every_node_and_table(
         # Every cell names the partition's active node.
         for i in range(partitions):
             assert re.match(r"n[1-3]", cells.nth(i).inner_text())
+    # A global table's partitions are held by every node, none of them a standby.
+    cells = p.locator(f'td.cell[data-table="{PLACES}"]')
+    cells.nth(PLACES_PARTITIONS - 1).wait_for()
+    p.wait_for_function(
+        f"""() => [...document.querySelectorAll('td.cell[data-table="{PLACES}"]')]
+        .every((c) => c.querySelectorAll('.global').length === {len(cluster.urls) - 1})"""
+    )
+    for i in range(PLACES_PARTITIONS):
+        text = cells.nth(i).inner_text()
+        assert "standby" not in text
+        assert {n for n in re.findall(r"n[1-3]", text)} == {"n1", "n2", "n3"}
+    assert "global" in p.locator(f'tr:has(td.cell[data-table="{PLACES}"]) th').inner_text()
     no_errors(page)
     # The tables page, reached by its link without reloading the page.
     p.click("nav >> text=Tables")
     p.wait_for_url(re.compile(r"/ui/tables$"))
-    for table, kind in ((ITEMS, "kv"), (SALES, "windowed")):
+    for table, kind in ((ITEMS, "kv"), (SALES, "windowed"), (PLACES, "global")):
         row = p.locator(f'tr[data-table="{table}"]')
         row.wait_for()
         assert kind in row.inner_text()

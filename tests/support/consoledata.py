@@ -1,5 +1,5 @@
 """A seeded data set for the console's tests: a key-value table, a windowed table (sales per
-store per minute) and a pipeline's query figures, with the oracle of each."""
+store per minute), a global table and a pipeline's query figures, with the oracle of each."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from tests.support.e2e import Oracle, produce_seeded
 
 ITEMS = "items"
 SALES = "store-sales"
+PLACES = "places"  # a global table: every node holds every partition
+PLACES_PARTITIONS = 3
 WINDOW_MS = 60_000
 STORES = ("S1", "S2", "S3")
 QUERIES = ("customers", "pos-routes")
@@ -45,6 +47,14 @@ def seed(bootstrap: str, app: str, *, seed: int = 11, windows: int = 30) -> Cons
     oracle = produce_seeded(bootstrap, items_topic, keys=300, updates=2, deletes=20, seed=seed)
     register_table(bootstrap, TableDef(ITEMS, items_topic, 6), app=app)
     data = ConsoleData(oracle)
+    places_topic = f"{app}-places"
+    create_topic(bootstrap, places_topic, PLACES_PARTITIONS)
+    produce_seeded(bootstrap, places_topic, keys=20, updates=1, deletes=0, seed=seed)
+    register_table(
+        bootstrap,
+        TableDef(PLACES, places_topic, PLACES_PARTITIONS, kind=TableKind.GLOBAL),
+        app=app,
+    )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     # The windows of the last `windows` minutes, so the key page charts them by default.
     first = (int(time.time() * 1000) // WINDOW_MS - windows) * WINDOW_MS

@@ -68,6 +68,9 @@ function partitionMap(meta) {
     parts.get(p.table).push(p);
   }
   if (!parts.size) return h("p", { class: "muted" }, "No table has partitions assigned yet.");
+  // A global table: every node holds every partition and answers every key from its own
+  // copy, so its other holders are not standbys waiting to take over.
+  const everywhere = new Set(meta.tables.filter((t) => t.kind === "global").map((t) => t.name));
   const width = Math.max(...[...parts.values()].map((ps) => ps.length));
   const heads = ["table"];
   for (let i = 0; i < width; i++) heads.push(`p${i}`);
@@ -75,7 +78,7 @@ function partitionMap(meta) {
     h(
       "tr",
       {},
-      h("th", {}, link(`/ui/tables/${encodeURIComponent(name)}`, name)),
+      h("th", {}, link(`/ui/tables/${encodeURIComponent(name)}`, name), everywhere.has(name) ? h("span", { class: "tag" }, "global") : ""),
       ps
         .sort((a, b) => a.partition - b.partition)
         .map((p) =>
@@ -83,13 +86,17 @@ function partitionMap(meta) {
             "td",
             { class: "cell", "data-table": name, "data-partition": p.partition },
             h("div", {}, chip(p.active, lagText(lagOf(p, p.active)))),
-            p.standbys.map((s) => h("div", { class: "standby" }, "standby ", chip(s, lagText(lagOf(p, s))))),
+            p.standbys.map((s) =>
+              everywhere.has(name)
+                ? h("div", { class: "global" }, "holds ", chip(s, lagText(lagOf(p, s))))
+                : h("div", { class: "standby" }, "standby ", chip(s, lagText(lagOf(p, s)))),
+            ),
             p.warming.map((w) => h("div", { class: "warming" }, "warming ", chip(w, lagText(lagOf(p, w))))),
           ),
         ),
     ),
   );
-  const legend = h("p", { class: "muted" }, "Each cell: the active node, then standbys and warming nodes, each with its lag in offsets behind the changelog end (this node's own replicas: now; the others': as they reported it at the last rebalance). ", [...seen.keys()].map((u) => [chip(u), ` ${hostOf(u)} `]));
+  const legend = h("p", { class: "muted" }, "Each cell: the active node, then standbys (for a global table: the other nodes, which answer from their own copy) and warming nodes, each with its lag in offsets behind the changelog end (this node's own replicas: now; the others': as they reported it at the last rebalance). ", [...seen.keys()].map((u) => [chip(u), ` ${hostOf(u)} `]));
   return [table(heads, rows, "map"), legend];
 }
 
