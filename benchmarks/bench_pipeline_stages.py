@@ -12,17 +12,14 @@ how much of the reference's rate each stage leaves before the next one is added:
    store and 1-minute window, update mode, RocksDB state store), into ``noop``: the
    reference's own work, fed from Kafka instead of generated in the JVM;
 4. ``tables``: stage 2 plus `sparkiq.dev.pos.tables.table_aggregates`, the aggregation
-   behind every table of the pipeline's ``tables`` query (two rows per invoice, one
-   ``groupBy`` of customers and store windows, update mode), into ``noop``; ``loyalty``:
-   stage 2 plus the notifications' running totals (`sparkiq.dev.pos.loyalty`, a Python
-   state per PRIME customer), into ``noop``;
+   behind every table and the loyalty notifications of the pipeline's ``tables`` query
+   (two or three rows per invoice, one ``groupBy`` of customers, store windows and PRIME
+   invoices, update mode), into ``noop``;
 5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
    shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
    through sparkiq's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
-   stage 4's table records written as the pipeline writes them (`start_kafka_write`'s
-   `BatchProducer`: small micro-batches produced from the driver in local mode), and
-   ``tables-kafka-tasks`` the same with every micro-batch produced by the executors' Python
-   workers;
+   stage 4's records written as the pipeline writes them (each micro-batch collected on the
+   driver, the notifications' running totals filled in, produced: `FinishingProducer`);
 6. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
    least the pipeline, whose routes and tables are two queries, has to do (streaming
    branches of one source do not share its scan, so each query reads and parses every
@@ -69,11 +66,9 @@ STAGES = (
     "parse",
     "store-sales",
     "tables",
-    "loyalty",
     "routes",
     "routes-kafka",
     "tables-kafka",
-    "tables-kafka-tasks",
     "read-x2",
     "parse-x2",
 )
@@ -82,7 +77,6 @@ STAGE = r"""
 import json, os, sys
 from pyspark.sql import functions as F
 from sparkiq.dev.pos import pipeline as pos
-from sparkiq.dev.pos.loyalty import notifications
 from sparkiq.dev.pos.tables import table_aggregates
 from sparkiq.spark.session import local_session
 
@@ -109,17 +103,16 @@ def query(topic, per_batch, cp):
         mode = "update"
     if stage == "tables":
         df, mode = table_aggregates(df), "update"
-    if stage.startswith("tables-kafka"):
-        return tables_to_kafka(df, cp, local=stage == "tables-kafka")
-    if stage == "loyalty":
-        df, mode = notifications(df), "update"
+    if stage == "tables-kafka":
+        return tables_to_kafka(df, cp)
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
             .option("checkpointLocation", cp).start())
 
-def tables_to_kafka(df, cp, local):
+def tables_to_kafka(df, cp):
+    from sparkiq.dev.pos.loyalty import with_notifications
     from sparkiq.dev.pos.tables import table_records
     from sparkiq.spark.connector import KafkaConnector, sink_options
-    from sparkiq.spark.kafkawrite import BatchProducer
+    from sparkiq.spark.kafkawrite import FinishingProducer
     from sparkiq.spark.materialize import define_table, prepare_table
 
     tables = [define_table("rewards", app="bench"), define_table("latest-invoice", app="bench"),
@@ -128,13 +121,10 @@ def tables_to_kafka(df, cp, local):
         prepare_table(bootstrap, table, app="bench")
     sink = sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap,
                         windowed_topics=[tables[2].topic])
-    producer = BatchProducer(sink, cp, local=local)
-    producers.append(producer)
-    return (table_records(df, *tables).writeStream.outputMode("update")
+    records = table_records(df, *tables, pos.DEFAULT_TOPICS["loyalty"])
+    return (records.writeStream.outputMode("update")
             .trigger(availableNow=True).option("checkpointLocation", cp)
-            .foreachBatch(producer).start())
-
-producers = []  # tables-kafka*: how each query's micro-batches were produced
+            .foreachBatch(FinishingProducer(sink, with_notifications)).start())
 
 def run(topic, per_batch, cp):
     # read-x2, parse-x2: two queries at once, each reading (and parsing) every invoice.
@@ -150,7 +140,6 @@ print(json.dumps({
     "rows_per_s": [[p.processedRowsPerSecond for p in q] for q in big],
     "batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in big],
     "small_batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in small],
-    "produced_in_driver": [p.in_driver for p in producers],
 }))
 spark.stop()
 """
@@ -241,7 +230,8 @@ def main() -> None:
             create_topic(bootstrap, topic, 3)
             produce_invoices(bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5))
             print(f"{n:,} invoices in topic {topic!r}", flush=True)
-        for name in ("shipments", "hadoop", "dead_letter"):  # where routes-kafka writes
+        # Where routes-kafka and tables-kafka write.
+        for name in ("shipments", "hadoop", "dead_letter", "loyalty"):
             create_topic(bootstrap, DEFAULT_TOPICS[name], 3)
         for stage in stages:
             result = run_stage(
@@ -261,12 +251,7 @@ def main() -> None:
                 f"(batches of {args.batch:,}: "
                 f"{', '.join(f'{ms / 1000:.2f}' for ms in result['batch_ms'][0])} s); "
                 f"batches of {args.small_batch}: median {small_ms[stage]:.0f} ms = "
-                f"{small_ms[stage] / ref['batch_ms']:.2f} of the reference's"
-                + (
-                    f"; micro-batches produced from the driver: {result['produced_in_driver']}"
-                    if result["produced_in_driver"]
-                    else ""
-                ),
+                f"{small_ms[stage] / ref['batch_ms']:.2f} of the reference's",
                 flush=True,
             )
     print(f"load average after: {os.getloadavg()}")

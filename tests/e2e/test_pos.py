@@ -229,7 +229,7 @@ def check_sink_topics(run: PosRun, oracle: PosOracle, malformed: int) -> None:
 def counted_dead_letters(run: PosRun) -> int:
     status = run.pipeline.status() or {}
     for query in status.get("queries", []):
-        if query["name"] == "pos-routes":
+        if query["name"] == "pos":
             return int(query["observed_total"].get("pos", {}).get("dead_letters", -1))
     return -1
 

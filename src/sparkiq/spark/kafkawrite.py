@@ -15,12 +15,20 @@ mode, from the driver's own Python process (the batch collected as Arrow): the e
 the driver's JVM then, and the Python worker's round trip costs a micro-batch of a few
 records ~60 ms of the ~300 it takes (a table's freshness is made of those). The batch's
 size is known before it runs, from the query's offset log (`sparkiq.spark.offsetlog`).
+
+A query can give a *finish* function, a step across rows that Spark does not run on a
+stream (the loyalty notifications' running totals of the point-of-sale example), and the
+rows it needs (*finish_rows*, a few per micro-batch). Those rows are collected on the
+driver as Arrow, passed through *finish*, and what it returns is produced; the other rows
+are produced as above, by the executors' tasks in the same pass over the micro-batch (which
+hand the finishing rows back instead of producing them), or from the driver when the batch
+is small.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from sparkiq.spark.connector import KafkaIO
@@ -31,12 +39,17 @@ from sparkiq.spark.sink import SinkOptions, new_producer, produce_batches
 if TYPE_CHECKING:
     import pyarrow as pa
     from confluent_kafka import Producer
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
 # A micro-batch that reads at most this many records is produced from the driver in local
 # mode: a few MB collected at most, and up to ~10 s of the demo's invoices.
 DRIVER_MAX_RECORDS = 2_000
+
+# A query's finishing step on the driver: a micro-batch's rows (an Arrow table) in, the
+# records to produce out.
+Finish = Callable[["pa.Table"], "pa.Table"]
+FINISH_FLAG = "__sparkiq_finish"  # the column saying which rows go through `finish`
 
 
 def start_kafka_write(
@@ -47,21 +60,34 @@ def start_kafka_write(
     checkpoint_location: str,
     output_mode: str = "append",
     trigger_interval: str | None = None,
+    finish: Finish | None = None,
+    finish_rows: Column | None = None,
 ) -> StreamingQuery:
     """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka
-    through *sink* (`sparkiq.spark.connector.sink_options`)."""
+    through *sink* (`sparkiq.spark.connector.sink_options`). With *finish*, the rows where
+    *finish_rows* holds (every row when it is None) go through it on the driver before they
+    are produced (`BatchProducer`)."""
+    if finish is not None:
+        df = df.withColumn(FINISH_FLAG, _true() if finish_rows is None else finish_rows)
     writer = df.writeStream.option("checkpointLocation", checkpoint_location)
     writer = writer.outputMode(output_mode).queryName(name)
     if trigger_interval:
         writer = writer.trigger(processingTime=trigger_interval)
-    if sink.format != FORMAT_NAME:
+    if sink.format != FORMAT_NAME and finish is None:
         return writer.format(sink.format).options(**sink.options).start()
     local = (df.sparkSession.sparkContext.master or "").startswith("local")
-    return writer.foreachBatch(BatchProducer(sink, checkpoint_location, local=local)).start()
+    producer = BatchProducer(sink, checkpoint_location, local=local, finish=finish)
+    return writer.foreachBatch(producer).start()
+
+
+def _true() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.lit(True)
 
 
 class BatchProducer:
-    """The ``foreachBatch`` function of a query writing through `sparkiq-kafka`."""
+    """The ``foreachBatch`` function of a query writing to Kafka (see the module)."""
 
     def __init__(
         self,
@@ -70,11 +96,13 @@ class BatchProducer:
         *,
         local: bool,
         driver_max_records: int = DRIVER_MAX_RECORDS,
+        finish: Finish | None = None,
     ) -> None:
         self.sink = sink
         self.checkpoint_location = checkpoint_location
         self.local = local
         self.driver_max_records = driver_max_records
+        self.finish = finish
         self.in_driver = 0  # micro-batches produced from the driver so far
         self.by_executors = 0
         # The query's own producer: Spark calls the functions of different queries from
@@ -83,21 +111,77 @@ class BatchProducer:
 
     def produces_in_driver(self, batch_id: int) -> bool:
         """Whether micro-batch *batch_id* is produced from the driver (see the module)."""
-        if not self.local:
+        if not self.local or self.sink.format != FORMAT_NAME:
             return False
         records = batch_records(self.checkpoint_location, batch_id)
         return records is not None and records <= self.driver_max_records
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if not self.produces_in_driver(batch_id):
-            write_kafka_once(batch, self.sink)
-            self.by_executors += 1
+        if self.produces_in_driver(batch_id):
+            records = batch.toArrow()
+            if self.finish is not None:
+                records = self.finish(records.drop_columns([FINISH_FLAG]))
+            self._produce(records)
+            self.in_driver += 1
             return
-        options = SinkOptions.parse(self.sink.options, batch.schema)
+        self.by_executors += 1
+        if self.finish is None:
+            write_kafka_once(batch, self.sink)
+            return
+        kept = produce_all_but_flagged(batch, self.sink)
+        records = self.finish(kept)
+        if self.sink.format != FORMAT_NAME:
+            write_kafka_once(batch.sparkSession.createDataFrame(records), self.sink)
+        else:
+            self._produce(records)
+
+    def _produce(self, records: pa.Table) -> None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        options = SinkOptions.parse(self.sink.options, from_arrow_schema(records.schema))
         if self._producer is None:
             self._producer = new_producer(options)
-        produce_batches(options, batch.toArrow().to_batches(), self._producer)
-        self.in_driver += 1
+        produce_batches(options, records.to_batches(), self._producer)
+
+
+def produce_all_but_flagged(batch: DataFrame, sink: KafkaIO) -> pa.Table:
+    """Produce the rows of *batch* whose `FINISH_FLAG` is false from the executors (every
+    record acknowledged before this returns); return the flagged ones, without the flag, as
+    one Arrow table on the driver."""
+    from pyspark.sql import functions as F
+
+    if sink.format != FORMAT_NAME:
+        # Spark's own sink cannot hand rows back: keep the batch for the second pass.
+        batch.persist()
+        try:
+            rest = batch.where(~F.col(FINISH_FLAG)).drop(FINISH_FLAG)
+            rest.write.format(sink.format).options(**sink.options).save()
+            return batch.where(F.col(FINISH_FLAG)).drop(FINISH_FLAG).toArrow()
+        finally:
+            batch.unpersist()
+    kept_schema = batch.drop(FINISH_FLAG).schema
+    options = SinkOptions.parse(sink.options, kept_schema)
+    fn = functools.partial(produce_unflagged_partition, options)
+    return batch.mapInArrow(fn, kept_schema).toArrow()
+
+
+def produce_unflagged_partition(
+    options: SinkOptions, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """A task of `produce_all_but_flagged`: produce the unflagged rows, yield the others."""
+    import pyarrow.compute as pc
+
+    kept: list[pa.RecordBatch] = []
+
+    def unflagged() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            flag = batch.column(FINISH_FLAG)
+            rest = batch.drop_columns([FINISH_FLAG])
+            kept.append(rest.filter(flag))
+            yield rest.filter(pc.invert(flag))
+
+    produce_batches(options, unflagged())
+    yield from kept
 
 
 def write_kafka_once(df: DataFrame, sink: KafkaIO) -> None:

@@ -35,7 +35,7 @@ from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
-from sparkiq.spark.kafkawrite import start_kafka_write
+from sparkiq.spark.kafkawrite import Finish, start_kafka_write
 from sparkiq.spark.materialize import materialize, prepare_table, with_window_partitions
 
 if TYPE_CHECKING:
@@ -139,6 +139,8 @@ class PipelineContext:
         output_mode: str = "append",
         tables: Sequence[TableDef] = (),
         trigger_interval: str | None = None,
+        finish: Finish | None = None,
+        finish_rows: Column | None = None,
     ) -> StreamingQuery:
         """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka.
 
@@ -148,7 +150,11 @@ class PipelineContext:
         to the partition of their key part (all windows of a key where a lookup of the key
         goes) unless a ``partition`` column already says where. *trigger_interval* is this
         query's (``"0 seconds"``: each micro-batch as soon as the last ends); None: the
-        pipeline's (``sparkiq run --trigger``).
+        pipeline's (``sparkiq run --trigger``). *finish*, when given, is a step across
+        rows that Spark does not run on a stream: it receives rows of each micro-batch
+        collected on the driver (a pyarrow Table, every row where *finish_rows* holds and
+        maybe others; every row when *finish_rows* is None) and returns the records to
+        produce for them (see `sparkiq.spark.kafkawrite`).
         """
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
@@ -171,6 +177,8 @@ class PipelineContext:
                 checkpoint_location=self.checkpoint(name),
                 output_mode=output_mode,
                 trigger_interval=trigger_interval or self.trigger_interval,
+                finish=finish,
+                finish_rows=finish_rows,
             )
         )
 

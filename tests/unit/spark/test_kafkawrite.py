@@ -1,4 +1,5 @@
-"""`kafkawrite`: a streaming query's micro-batches reach Kafka whole, small ones from the driver."""
+"""`kafkawrite`: a streaming query's micro-batches reach Kafka whole, small ones from the driver,
+the rows a query finishes on the driver through its finish step."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from sparkiq.core.partitioner import partition_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.connector import KafkaConnector, sink_options
-from sparkiq.spark.kafkawrite import BatchProducer
+from sparkiq.spark.kafkawrite import FINISH_FLAG, BatchProducer
 from tests.support.restore import produce
 from tests.support.spark import read_topic
 
@@ -75,3 +77,75 @@ def test_a_batch_over_the_limit_or_of_unknown_size_goes_to_the_executors(tmp_pat
     assert [writer.produces_in_driver(b) for b in (0, 1, 2, 3)] == [False, True, False, False]
     remote = BatchProducer(sink, str(tmp_path), local=False)
     assert not remote.produces_in_driver(1)
+
+
+def _finish(table: pa.Table) -> pa.Table:
+    """A step across rows: each flagged record's value gets the number of flagged rows it
+    was given with; the others pass as they are."""
+    flagged = table.column("mark").to_pylist()
+    count = sum(1 for f in flagged if f)
+    values = [
+        b"F:%s/%d" % (v, count) if f else v
+        for v, f in zip(table.column("value").to_pylist(), flagged, strict=True)
+    ]
+    out = table.drop_columns(["mark"])
+    return out.set_column(out.schema.get_field_index("value"), "value", pa.array(values))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("local", "in_driver"), [(True, 3), (False, 0)])
+def test_flagged_rows_of_a_batch_go_through_finish_together_on_the_driver(
+    spark: Any,
+    bootstrap: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    local: bool,
+    in_driver: int,
+) -> None:
+    source, sink = unique_name("kwf-in"), unique_name("kwf-out")
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 3)
+    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), b"%d" % i) for i in range(400)])
+    checkpoint = str(tmp_path / "cp")
+    writer = BatchProducer(
+        sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
+        checkpoint,
+        local=local,
+        driver_max_records=150,
+        finish=_finish,
+    )
+    mark = (F.col("value").cast("string").cast("int") % 4) == 0
+    query = (
+        spark.readStream.format("sparkiq-kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 100)
+        .load()
+        .select("key", "value", mark.alias("mark"))
+        .withColumn(FINISH_FLAG, F.col("mark"))
+        .writeStream.option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .foreachBatch(writer)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    # The first batch (size unknown) goes through the executors, which produce the
+    # unflagged rows and hand the flagged ones to the driver; small ones, in local mode,
+    # are produced whole from the driver.
+    assert (writer.in_driver, writer.by_executors) == (in_driver, 4 - in_driver)
+    written = {bytes(m.key() or b""): m.value() for m in read_topic(bootstrap, sink, 3)}
+    assert len(written) == 400
+    flagged = {k: v for k, v in written.items() if v is not None and v.startswith(b"F:")}
+    assert len(flagged) == 100
+    # Offsets run in two partitions, so a batch of 100 holds whichever 25 flagged rows
+    # its offsets cover; every flagged value was finished with the others of its batch.
+    counts = [int(v.rsplit(b"/", 1)[1]) for v in flagged.values()]
+    assert sum(counts) / len(counts) > 1
+    batches: dict[int, int] = {}
+    for c in counts:
+        batches[c] = batches.get(c, 0) + 1
+    assert all(n % c == 0 for c, n in batches.items())  # c rows finished together, n/c times
+    assert all(
+        v == b"%d" % int(k[1:]) for k, v in written.items() if v is not None and k not in flagged
+    )

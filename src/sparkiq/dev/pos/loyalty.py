@@ -1,91 +1,74 @@
 """Loyalty notifications: each PRIME invoice's points and its customer's new running total.
 
-A running total per invoice, in (CreatedTime, InvoiceNumber) order within a micro-batch,
-is no aggregation Spark has, so a small per-customer state computes it
-(``applyInPandasWithState``, one long per customer), fed with the PRIME invoices' number,
-time and points only. It runs in the routes query, whose outputs are topics rather than
-tables: the tables' own query stays free of Python (`tables`). The last running total of a
-customer equals its ``rewards`` total: both sum the same points.
+The tables' query (`tables.table_records`) emits, per micro-batch, a record for every PRIME
+invoice it read (its card, (CreatedTime, InvoiceNumber) and points earned, the value still
+empty) beside the ``rewards`` record of each customer it changed (the total after the
+batch). `with_notifications` runs on that output once it is collected on the driver
+(`PipelineContext.write`'s ``finish``): going through a customer's invoices of the batch
+newest first, in (CreatedTime, InvoiceNumber) order, each one's running total is the total
+after the batch less the points of the invoices after it. So the last running total of a
+customer equals its ``rewards`` total, and the notifications cost neither a Python state nor
+a second read of the invoices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from sparkiq.dev.pos.tables import points
+import orjson
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-    from pyspark.sql.streaming.state import GroupState
+    import pyarrow as pa
 
-NOTIFICATION_SCHEMA = (
-    "CustomerCardNo string, InvoiceNumber string, CreatedTime long, PointsEarned long, "
-    "TotalPoints long"
-)
-NOTIFICATION_COLUMNS = [c.split()[0] for c in NOTIFICATION_SCHEMA.split(", ")]
-STATE_SCHEMA = "total long"
-
-
-def notifications(invoices: DataFrame) -> DataFrame:
-    """`NOTIFICATION_SCHEMA` rows, one per PRIME invoice of *invoices* (`valid_invoices`)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    prime = invoices.where(F.col("CustomerType") == "PRIME").select(
-        "CustomerCardNo", "InvoiceNumber", "CreatedTime", points(invoices).alias("PointsEarned")
-    )
-    return prime.groupBy("CustomerCardNo").applyInPandasWithState(
-        running_totals,
-        outputStructType=NOTIFICATION_SCHEMA,
-        stateStructType=STATE_SCHEMA,
-        outputMode="update",
-        timeoutConf=GroupStateTimeout.NoTimeout,
-    )
+NOTIFICATION_COLUMNS = [
+    "CustomerCardNo",
+    "InvoiceNumber",
+    "CreatedTime",
+    "PointsEarned",
+    "TotalPoints",
+]
 
 
-def notification_records(notes: DataFrame, topic: str) -> DataFrame:
-    """*notes* (`notifications`) as (topic, key, value) records: keyed by customer card, the
-    value the notification as JSON."""
-    from pyspark.sql import functions as F
+def with_notifications(records: pa.Table) -> pa.Table:
+    """*records* (topic, key, value, note[, partition]: `tables.table_records` of one
+    micro-batch) with each notification's value filled in and without ``note``.
 
-    return notes.select(
-        F.lit(topic).alias("topic"),
-        F.col("CustomerCardNo").cast("binary").alias("key"),
-        F.to_json(F.struct(*NOTIFICATION_COLUMNS)).cast("binary").alias("value"),
-    )
+    Raises ValueError for a notification whose customer has no total in the batch: the
+    aggregation emits a customer's total with each of its invoices, so that would be a bug.
+    """
+    import pyarrow as pa
 
-
-def running_totals(
-    key: tuple[Any, ...], batches: Iterator[Any], state: GroupState
-) -> Iterator[Any]:
-    """One customer's micro-batch: its PRIME invoices in (CreatedTime, InvoiceNumber) order,
-    each with the running total after it (Spark calls this once per customer and batch)."""
-    import pandas as pd  # type: ignore[import-untyped]
-
-    # Plain Python over the customer's few rows: each pandas operation costs more than the
-    # whole loop.
-    rows: list[tuple[int, str, int]] = []
-    for part in batches:
-        rows.extend(
-            zip(
-                part["CreatedTime"].tolist(),
-                part["InvoiceNumber"].tolist(),
-                part["PointsEarned"].tolist(),
-                strict=True,
+    notes: list[dict[str, Any] | None] = records.column("note").to_pylist()
+    values: list[bytes | None] = records.column("value").to_pylist()
+    totals: dict[str, int] = {}
+    earned: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
+    for i, note in enumerate(notes):
+        if note is None:
+            continue
+        if note["total"] is not None:
+            totals[note["card"]] = int(note["total"])
+        elif note["earned"] is not None:
+            earned[note["card"]].append((int(note["t"]), str(note["n"]), int(note["earned"]), i))
+    for card, invoices in earned.items():
+        total = totals.get(card)
+        if total is None:
+            raise ValueError(
+                f"customer {card}: {len(invoices)} notifications in a micro-batch without "
+                "the customer's total"
             )
-        )
-    if not rows:
-        return
-    rows.sort(key=lambda row: (row[0], row[1]))
-    total = int(state.get[0]) if state.exists else 0
-    out: dict[str, list[Any]] = {column: [] for column in NOTIFICATION_COLUMNS}
-    for created, number, earned in rows:
-        total += int(earned)
-        out["CustomerCardNo"].append(str(key[0]))
-        out["InvoiceNumber"].append(str(number))
-        out["CreatedTime"].append(int(created))
-        out["PointsEarned"].append(int(earned))
-        out["TotalPoints"].append(total)
-    state.update((total,))
-    yield pd.DataFrame(out)
+        for created, number, points, i in sorted(invoices, reverse=True):  # newest first
+            values[i] = orjson.dumps(
+                {
+                    "CustomerCardNo": card,
+                    "InvoiceNumber": number,
+                    "CreatedTime": created,
+                    "PointsEarned": points,
+                    "TotalPoints": total,
+                }
+            )
+            total -= points
+    out = records.drop_columns(["note"])
+    return out.set_column(
+        out.schema.get_field_index("value"), "value", pa.array(values, pa.binary())
+    )

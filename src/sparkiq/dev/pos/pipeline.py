@@ -2,33 +2,33 @@
 
 Run it with ``sparkiq run src/sparkiq/dev/pos/pipeline.py --bootstrap-servers HOST:PORT``.
 
-Invoices (JSON, keyed by store id) arrive on ``pos``. Each query parses each invoice once
-(`parse_invoices`). Two streaming queries:
+Invoices (JSON, keyed by store id) arrive on ``pos``. One streaming query, ``pos``, reads
+and parses each invoice once (`parse_invoices`, `shared_invoices`) and writes:
 
-- ``tables``: the tables, from one Spark aggregation (`sparkiq.dev.pos.tables`): the table
-  ``latest-invoice`` gets customer -> the invoice with the greatest (CreatedTime,
-  InvoiceNumber), as received; ``rewards`` gets customer -> total points of a PRIME
-  customer, whose invoices earn ``floor(TotalAmount / 50)`` points each; the windowed table
-  ``store-sales`` gets store -> sales (exact decimal sum) and invoice count per 1-minute
-  window of CreatedTime, an invoice more than 10 minutes older than the newest one left out,
-  each window kept an hour (the table's retention).
-- ``pos-routes`` (topics, not tables): a record whose value does not parse as an invoice
-  goes to ``pos-dead-letter`` with the reason and its source position, and is counted
-  (observed metric ``dead_letters``); HOME-DELIVERY invoices go to ``shipments`` as
-  received; every invoice is masked (no card number, no contact number) and flattened to
-  one record per line item on ``hadoop-sink``; each PRIME invoice becomes a notification on
-  ``loyalty`` carrying the points earned and the customer's new running total
-  (`sparkiq.dev.pos.loyalty`).
+- the tables and the loyalty notifications, from one Spark aggregation
+  (`sparkiq.dev.pos.tables`): the table ``latest-invoice`` gets customer -> the invoice
+  with the greatest (CreatedTime, InvoiceNumber), as received; ``rewards`` gets customer ->
+  total points of a PRIME customer, whose invoices earn ``floor(TotalAmount / 50)`` points
+  each; the windowed table ``store-sales`` gets store -> sales (exact decimal sum) and
+  invoice count per 1-minute window of CreatedTime, each window kept an hour (the table's
+  retention); each PRIME invoice becomes a notification on ``loyalty`` carrying the points
+  earned and the customer's new running total (`sparkiq.dev.pos.loyalty`). An invoice
+  more than 10 minutes older than the newest one is left out of the store's sales and of
+  the notifications.
+- the routes (topics, no state): a record whose value does not parse as an invoice goes to
+  ``pos-dead-letter`` with the reason and its source position, and is counted (observed
+  metric ``dead_letters``); HOME-DELIVERY invoices go to ``shipments`` as received; every
+  invoice is masked (no card number, no contact number) and flattened to one record per
+  line item on ``hadoop-sink``.
 
-Before them, the global table ``stores`` (store id -> name, city, state: reference data
+Before it, the global table ``stores`` (store id -> name, city, state: reference data
 every node holds whole) is written once from `store_directory`.
 
-Each query has its own trigger: ``tables`` starts a micro-batch every `TABLES_TRIGGER`
-(back to back under load: its tables' freshness is what the serving tier shows), the
-routes every `ROUTES_TRIGGER` (topics, where a second does not matter: half the fixed cost
-per second, and still up to 10,000 invoices/s in batches of 20,000). The parameters
-``tables_trigger`` and ``routes_trigger`` (``sparkiq run --param``) override them;
-``sparkiq run --trigger`` applies to queries that do not choose their own.
+One query rather than one per output: reading an invoice through the Python source and
+parsing its JSON cost more than anything done with it afterwards, and streaming queries
+(or two branches of one) each read and parse their source again. The query starts a
+micro-batch every `TRIGGER` (back to back under load; the tables are as fresh as its
+micro-batches); the parameter ``trigger`` (``sparkiq run --param``) overrides it.
 
 `sparkiq.dev.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
@@ -39,20 +39,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
-from sparkiq.dev.pos.loyalty import notification_records, notifications
-from sparkiq.dev.pos.tables import table_records
+from sparkiq.dev.pos.loyalty import with_notifications
+from sparkiq.dev.pos.tables import NOTE_TYPE, table_records
 from sparkiq.spark.materialize import define_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from sparkiq.spark.pipeline import PipelineContext
 
 
 WINDOW = "1 minute"  # tables.WINDOW_MS
 RETENTION = "1 hour"  # store-sales windows are kept this long after the newest one ends
-TABLES_TRIGGER = "250 milliseconds"
-ROUTES_TRIGGER = "2 seconds"
+TRIGGER = "250 milliseconds"
 DEFAULT_TOPICS = {
     "source": "pos",
     "shipments": "shipments",
@@ -87,22 +86,22 @@ def parse_invoices(raw: DataFrame) -> DataFrame:
     """*raw* Kafka rows plus ``inv`` (the parsed invoice) and ``reason`` (null when valid).
 
     Each value is parsed once. ``inv`` comes out of a generator (`explode` of a one-element
-    array) rather than a projection on purpose: a filter on ``reason`` (every query keeps the
-    valid invoices only) is pushed by Spark's optimizer below a projection, and it would copy
-    `from_json` into each of the reason's conditions, parsing every invoice ~18 times per
-    query (seen in the physical plan); a filter on a generator's output stays above it.
+    array) rather than a projection on purpose: a filter on ``reason`` is pushed by Spark's
+    optimizer below a projection, and it would copy `from_json` into each of the reason's
+    conditions, parsing every invoice ~18 times per query (seen in the physical plan); a
+    filter on a generator's output stays above it.
     """
     from pyspark.sql import functions as F
 
-    text = F.col("value").cast("string")
     parsed = raw.select(
         "key",
         "value",
         "topic",
         "partition",
         "offset",
-        text.alias("text"),
-        F.explode(F.array(F.from_json(text, INVOICE_SCHEMA, {"mode": "PERMISSIVE"}))).alias("inv"),
+        F.explode(F.array(F.from_json(_text(), INVOICE_SCHEMA, {"mode": "PERMISSIVE"}))).alias(
+            "inv"
+        ),
     )
     inv = F.col("inv")
     complete: Column = inv.isNotNull() & (F.size("inv.InvoiceLineItems") > 0)
@@ -113,7 +112,7 @@ def parse_invoices(raw: DataFrame) -> DataFrame:
     reason: Column = (
         F.when(F.col("value").isNull(), F.lit("empty value"))
         .when(complete, F.lit(None).cast("string"))
-        .when(F.get_json_object(F.col("text"), "$").isNull(), F.lit("not a JSON document"))
+        .when(F.get_json_object(_text(), "$").isNull(), F.lit("not a JSON document"))
     )
     for name in REQUIRED:
         reason = reason.when(
@@ -123,11 +122,48 @@ def parse_invoices(raw: DataFrame) -> DataFrame:
     return parsed.withColumn("reason", reason)
 
 
-def valid_invoices(parsed: DataFrame) -> DataFrame:
-    """The invoices of *parsed* (`parse_invoices`) that are valid: ``value`` plus their fields."""
+def _text() -> Column:
     from pyspark.sql import functions as F
 
-    return parsed.where(F.col("reason").isNull()).select("value", "inv.*")
+    return F.col("value").cast("string")
+
+
+def shared_invoices(parsed: DataFrame, partitions: int) -> DataFrame:
+    """*parsed* (`parse_invoices`) behind one shuffle into *partitions* that every branch
+    of the query reads: Spark plans a scan per branch, but reuses an exchange two branches
+    share (``ReusedExchange``), so the source is read and parsed once per micro-batch.
+
+    Two branches share the exchange only if the plans below it are the same: the rows go
+    through it as one struct that each branch takes whole, and neither may push a filter
+    (`valid_invoices` keeps its rows with a generator) or pick nested fields below it (the
+    session's ``spark.sql.optimizer.nestedSchemaPruning.enabled`` and
+    ``spark.sql.optimizer.expression.nestedPruning.enabled`` must be false:
+    `share_scans`).
+    """
+    from pyspark.sql import functions as F
+
+    packed = parsed.select(F.struct(*parsed.columns).alias("r"))
+    return packed.repartition(partitions, F.col("r.offset")).select("r.*")
+
+
+def share_scans(spark: SparkSession) -> None:
+    """Let `shared_invoices`'s exchange be shared by every branch in *spark*'s queries."""
+    spark.conf.set("spark.sql.optimizer.nestedSchemaPruning.enabled", "false")
+    spark.conf.set("spark.sql.optimizer.expression.nestedPruning.enabled", "false")
+
+
+def valid_invoices(parsed: DataFrame) -> DataFrame:
+    """The invoices of *parsed* (`parse_invoices`) that are valid: ``value`` plus their fields.
+
+    Kept by a generator (an invalid row's array is null, and ``explode_outer`` gives it a
+    null that the filter above drops) rather than a filter on ``reason``, which Spark would
+    push below `shared_invoices`'s exchange.
+    """
+    from pyspark.sql import functions as F
+
+    kept = F.when(F.col("reason").isNull(), F.array(F.struct("value", "inv")))
+    rows = parsed.select(F.explode_outer(kept).alias("v")).where(F.col("v").isNotNull())
+    return rows.select("v.value", "v.inv.*")
 
 
 def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
@@ -144,7 +180,7 @@ def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
                 F.col("topic").alias("source_topic"),
                 F.col("partition").alias("source_partition"),
                 F.col("offset").alias("source_offset"),
-                F.col("text").alias("value"),
+                _text().alias("value"),
             )
         )
         .cast("binary")
@@ -191,7 +227,7 @@ def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
 
 
 def pipeline(ctx: PipelineContext) -> None:
-    """Start the two queries of the point-of-sale pipeline on *ctx*."""
+    """Start the point-of-sale pipeline's query on *ctx*."""
     from pyspark.sql import functions as F
 
     topics = {
@@ -240,30 +276,25 @@ def pipeline(ctx: PipelineContext) -> None:
     )
     for table in (rewards, latest, sales):
         ctx.prepare_table(table)
-    parsed = parse_invoices(ctx.read(topics["source"]))
-    valid = valid_invoices(parsed)
-
-    # 1. Every table from one aggregation (`sparkiq.dev.pos.tables`).
-    ctx.write(
-        table_records(valid, rewards, latest, sales),
-        name="tables",
-        output_mode="update",
-        tables=(rewards, latest, sales),
-        trigger_interval=ctx.params.get("tables_trigger", TABLES_TRIGGER),
-    )
-
-    # 2. Topics: the stateless branches, with the dead letters counted, and the loyalty
-    # notifications.
+    share_scans(ctx.spark)
+    # As many partitions after the shared exchange as the session has task slots.
+    spread = int(ctx.params.get("partitions", ctx.spark.sparkContext.defaultParallelism))
+    parsed = shared_invoices(parse_invoices(ctx.read(topics["source"])), spread)
+    # The routes, with the dead letters counted.
     routed = parsed.observe(
         "pos",
         F.count(F.lit(1)).alias("records"),
         F.sum(F.col("reason").isNotNull().cast("long")).alias("dead_letters"),
     )
+    routes = _routes(routed, topics).withColumn("note", F.lit(None).cast(NOTE_TYPE))
+    # Every table and the notifications from one aggregation (`sparkiq.dev.pos.tables`).
+    tables = table_records(valid_invoices(parsed), rewards, latest, sales, topics["loyalty"])
     ctx.write(
-        _routes(routed, topics).unionByName(
-            notification_records(notifications(valid), topics["loyalty"])
-        ),
-        name="pos-routes",
+        routes.unionByName(tables),
+        name="pos",
         output_mode="update",
-        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
+        tables=(rewards, latest, sales),
+        trigger_interval=ctx.params.get("trigger", TRIGGER),
+        finish=with_notifications,
+        finish_rows=F.col("note").isNotNull(),
     )

@@ -1,76 +1,90 @@
-"""Loyalty notifications: the per-customer running total, batch by batch (a pure unit test)."""
+"""Loyalty notifications filled in from a micro-batch of the tables' records (pure unit tests)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd  # type: ignore[import-untyped]
+import orjson
+import pyarrow as pa
+import pytest
 
-from sparkiq.dev.pos.loyalty import NOTIFICATION_COLUMNS, running_totals
+from sparkiq.dev.pos.loyalty import NOTIFICATION_COLUMNS, with_notifications
+from sparkiq.dev.pos.tables import NOTE_TYPE
 
-
-class FakeState:
-    """The part of Spark's GroupState `running_totals` uses."""
-
-    def __init__(self) -> None:
-        self.value: tuple[Any, ...] | None = None
-
-    @property
-    def exists(self) -> bool:
-        return self.value is not None
-
-    @property
-    def get(self) -> tuple[Any, ...]:
-        assert self.value is not None
-        return self.value
-
-    def update(self, value: tuple[Any, ...]) -> None:
-        self.value = value
+NOTE = pa.struct(
+    [("card", pa.string()), ("t", pa.int64()), ("n", pa.string()), ("earned", pa.int64()),
+     ("total", pa.int64())]
+)  # fmt: skip
 
 
-def _batch(state: FakeState, *parts: list[tuple[int, str, int]]) -> list[dict[str, Any]]:
-    """One micro-batch of customer C1 in *parts* (Arrow batches of (created, number, points))."""
-    frames = [
-        pd.DataFrame(
-            {
-                "CustomerCardNo": ["C1"] * len(rows),
-                "InvoiceNumber": [number for _, number, _ in rows],
-                "CreatedTime": [created for created, _, _ in rows],
-                "PointsEarned": [points for _, _, points in rows],
-            }
+def _batch(rows: list[tuple[str, bytes | None, dict[str, Any] | None]]) -> pa.Table:
+    """(topic, value, note) rows as the tables' query emits them (key: the note's card)."""
+    return pa.table(
+        {
+            "topic": pa.array([topic for topic, _, _ in rows], pa.string()),
+            "key": pa.array([(note or {}).get("card", "x").encode() for _, _, note in rows]),
+            "value": pa.array([value for _, value, _ in rows], pa.binary()),
+            "note": pa.array([note for _, _, note in rows], NOTE),
+        }
+    )
+
+
+def _earned(card: str, t: int, n: str, points: int) -> dict[str, Any]:
+    return {"card": card, "t": t, "n": n, "earned": points, "total": None}
+
+
+def _total(card: str, total: int) -> dict[str, Any]:
+    return {"card": card, "t": None, "n": None, "earned": None, "total": total}
+
+
+def test_the_note_type_is_the_one_the_query_emits() -> None:
+    assert (
+        "struct<"
+        + ", ".join(f"{f.name}: {'long' if f.type == pa.int64() else 'string'}" for f in NOTE)
+        + ">"
+        == NOTE_TYPE
+    )
+
+
+def test_running_totals_go_back_from_the_customers_total_in_time_order() -> None:
+    out = with_notifications(
+        _batch(
+            [
+                ("loyalty", None, _earned("C1", 20, "B", 3)),
+                ("latest", b"{}", None),
+                ("rewards", b'{"TotalPoints":16}', _total("C1", 16)),
+                ("loyalty", None, _earned("C1", 10, "A", 2)),
+                ("loyalty", None, _earned("C1", 20, "A2", 1)),
+                ("loyalty", None, _earned("C2", 5, "Z", 4)),
+                ("rewards", b'{"TotalPoints":4}', _total("C2", 4)),
+            ]
         )
-        for rows in parts
+    )
+    assert out.column_names == ["topic", "key", "value"]
+    values = out.column("value").to_pylist()
+    assert values[1:3] == [b"{}", b'{"TotalPoints":16}']  # other records as they were
+    notes = [
+        orjson.loads(v)
+        for t, v in zip(out.column("topic").to_pylist(), values, strict=True)
+        if t == "loyalty"
     ]
-    out = list(running_totals(("C1",), iter(frames), state))  # type: ignore[arg-type]
-    if not out:
-        return []
-    (frame,) = out
-    assert list(frame.columns) == NOTIFICATION_COLUMNS
-    rows: list[dict[str, Any]] = frame.to_dict("records")
-    return rows
-
-
-def test_points_run_on_in_time_order_across_batches() -> None:
-    state = FakeState()
-    # Out of order, and split over two Arrow batches: sorted by (time, number).
-    first = _batch(state, [(20, "B", 3)], [(10, "A", 2), (20, "A2", 1)])
-    assert first == [
-        {"CustomerCardNo": "C1", "InvoiceNumber": "A", "CreatedTime": 10, "PointsEarned": 2,
-         "TotalPoints": 2},
-        {"CustomerCardNo": "C1", "InvoiceNumber": "A2", "CreatedTime": 20, "PointsEarned": 1,
-         "TotalPoints": 3},
-        {"CustomerCardNo": "C1", "InvoiceNumber": "B", "CreatedTime": 20, "PointsEarned": 3,
-         "TotalPoints": 6},
+    # C1 had 10 points before the batch: A (10) -> 12, A2 (20, "A2" < "B") -> 13, B -> 16.
+    assert [list(n) for n in notes] == [NOTIFICATION_COLUMNS] * 4
+    assert [(n["InvoiceNumber"], n["PointsEarned"], n["TotalPoints"]) for n in notes] == [
+        ("B", 3, 16), ("A", 2, 12), ("A2", 1, 13), ("Z", 4, 4)
     ]  # fmt: skip
-    assert state.get == (6,)
-    # A later batch goes on from the state, older invoices included.
-    second = _batch(state, [(5, "Z", 4)])
-    assert [(n["InvoiceNumber"], n["TotalPoints"]) for n in second] == [("Z", 10)]
-    assert state.get == (10,)
+    assert notes[0] == {
+        "CustomerCardNo": "C1", "InvoiceNumber": "B", "CreatedTime": 20, "PointsEarned": 3,
+        "TotalPoints": 16,
+    }  # fmt: skip
 
 
-def test_an_empty_batch_emits_nothing_and_keeps_the_state() -> None:
-    state = FakeState()
-    _batch(state, [(1, "A", 7)])
-    assert _batch(state, []) == []
-    assert state.get == (7,)
+def test_a_batch_without_notifications_is_unchanged_but_for_the_note() -> None:
+    batch = _batch([("latest", b"1", None), ("rewards", b"2", _total("C1", 7))])
+    out = with_notifications(batch)
+    assert out.to_pydict() == batch.drop_columns(["note"]).to_pydict()
+
+
+def test_a_notification_without_its_customers_total_is_an_error() -> None:
+    with pytest.raises(ValueError, match="customer C9: 1 notifications"):
+        with_notifications(_batch([("loyalty", None, _earned("C9", 1, "A", 1))]))

@@ -13,7 +13,8 @@ import pytest
 
 from sparkiq.dev.pos import pipeline as pos
 from sparkiq.dev.pos.generator import InvoiceGenerator
-from sparkiq.dev.pos.oracle import PosOracle
+from sparkiq.dev.pos.loyalty import with_notifications
+from sparkiq.dev.pos.oracle import PosOracle, check_notifications
 from sparkiq.dev.pos.tables import table_aggregates, table_records
 from sparkiq.spark.materialize import define_table
 
@@ -42,6 +43,7 @@ def test_every_customer_and_store_window_equals_the_oracle(spark: Any) -> None:
     groups = _groups(spark, invoices)
     customers = {g["Id"]: g for g in groups if g["G"].startswith("C")}
     stores = {(g["Id"], g["Wms"]): g for g in groups if g["G"].startswith("S")}
+    notes = {(g["Id"], g["I"]["n"]): g for g in groups if g["G"].startswith("N")}
 
     assert set(customers) == set(oracle.latest_invoice)
     for card, group in customers.items():
@@ -55,6 +57,12 @@ def test_every_customer_and_store_window_equals_the_oracle(spark: Any) -> None:
     for window, group in stores.items():
         want = oracle.store_sales[window]
         assert (float(group["Sales"]), group["Invoices"]) == (want["Sales"], want["Invoices"])
+    # One group per PRIME invoice, with the points it earns.
+    assert {key: g["TotalPoints"] for key, g in notes.items()} == {
+        (card, number): points
+        for card, earned in oracle.earned.items()
+        for number, points in earned.items()
+    }
 
 
 @pytest.mark.spark
@@ -76,12 +84,18 @@ def test_records_go_to_each_table_with_its_key(spark: Any) -> None:
     rewards = define_table("rewards", partitions=6)
     latest = define_table("latest-invoice", partitions=6)
     sales = define_table("store-sales", partitions=6, window_size="1 minute")
-    records = table_records(_valid(spark, invoices), rewards, latest, sales).collect()
+    records = table_records(_valid(spark, invoices), rewards, latest, sales, "loyalty")
+    finished = with_notifications(records.toArrow()).to_pylist()
     by_topic: dict[str, dict[bytes, bytes]] = {}
-    for r in records:
-        by_topic.setdefault(r.topic, {})[bytes(r.key)] = bytes(r.value)
+    for r in finished:
+        if r["topic"] != "loyalty":
+            by_topic.setdefault(r["topic"], {})[r["key"]] = r["value"]
 
     assert by_topic.keys() == {rewards.topic, latest.topic, sales.topic}
+    # The notifications of the batch, running totals included.
+    notes = [json.loads(r["value"]) for r in finished if r["topic"] == "loyalty"]
+    assert len(notes) == sum(len(e) for e in oracle.earned.values())
+    assert check_notifications(oracle, notes) == []
     assert {k.decode(): json.loads(v) for k, v in by_topic[rewards.topic].items()} == {
         card: {"CustomerCardNo": card, "TotalPoints": reward["TotalPoints"]}
         for card, reward in oracle.rewards.items()
