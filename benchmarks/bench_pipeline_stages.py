@@ -18,8 +18,9 @@ how much of the reference's rate each stage leaves before the next one is added:
 5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
    shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
    through sparkiq's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
-   stage 4's records written as the pipeline writes them (each micro-batch collected on the
-   driver, the notifications' running totals filled in, produced: `FinishingProducer`);
+   stage 4's records written as the pipeline writes them (`BatchProducer` with the
+   notifications' `finish`: small micro-batches produced from the driver, large ones by
+   the executors' tasks, the notifications' rows finished on the driver);
 6. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
    least the pipeline, whose routes and tables are two queries, has to do (streaming
    branches of one source do not share its scan, so each query reads and parses every
@@ -102,7 +103,7 @@ def query(topic, per_batch, cp):
               .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices")))
         mode = "update"
     if stage == "tables":
-        df, mode = table_aggregates(df), "update"
+        df, mode = table_aggregates(df, notes=True), "update"
     if stage == "tables-kafka":
         return tables_to_kafka(df, cp)
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
@@ -112,7 +113,7 @@ def tables_to_kafka(df, cp):
     from sparkiq.dev.pos.loyalty import with_notifications
     from sparkiq.dev.pos.tables import table_records
     from sparkiq.spark.connector import KafkaConnector, sink_options
-    from sparkiq.spark.kafkawrite import FinishingProducer
+    from sparkiq.spark.kafkawrite import FINISH_FLAG, BatchProducer
     from sparkiq.spark.materialize import define_table, prepare_table
 
     tables = [define_table("rewards", app="bench"), define_table("latest-invoice", app="bench"),
@@ -122,9 +123,11 @@ def tables_to_kafka(df, cp):
     sink = sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap,
                         windowed_topics=[tables[2].topic])
     records = table_records(df, *tables, pos.DEFAULT_TOPICS["loyalty"])
+    records = records.withColumn(FINISH_FLAG, F.col("note").isNotNull())
+    producer = BatchProducer(sink, cp, local=True, finish=with_notifications)
     return (records.writeStream.outputMode("update")
             .trigger(availableNow=True).option("checkpointLocation", cp)
-            .foreachBatch(FinishingProducer(sink, with_notifications)).start())
+            .foreachBatch(producer).start())
 
 def run(topic, per_batch, cp):
     # read-x2, parse-x2: two queries at once, each reading (and parsing) every invoice.

@@ -1,14 +1,17 @@
 """Loyalty notifications: each PRIME invoice's points and its customer's new running total.
 
-The tables' query (`tables.table_records`) emits, per micro-batch, a record for every PRIME
-invoice it read (its card, (CreatedTime, InvoiceNumber) and points earned, the value still
-empty) beside the ``rewards`` record of each customer it changed (the total after the
-batch). `with_notifications` runs on that output once it is collected on the driver
-(`PipelineContext.write`'s ``finish``): going through a customer's invoices of the batch
-newest first, in (CreatedTime, InvoiceNumber) order, each one's running total is the total
-after the batch less the points of the invoices after it. So the last running total of a
-customer equals its ``rewards`` total, and the notifications cost neither a Python state nor
-a second read of the invoices.
+A running total per invoice, in (CreatedTime, InvoiceNumber) order within a micro-batch, is
+no aggregation Spark has. The tables' query (`tables.table_records` with a loyalty topic)
+emits, per micro-batch, a record for every PRIME invoice it read (its card, (CreatedTime,
+InvoiceNumber) and points earned, the value still empty) beside the ``rewards`` record of
+each customer it changed (the total after the batch). `with_notifications` runs on those
+rows once they are collected on the driver (`PipelineContext.write`'s ``finish``): going
+through a customer's invoices of the batch newest first, each one's running total is the
+total after the batch less the points of the invoices after it. So the notifications need
+no state and no read of the invoices of their own (a per-customer Python state,
+``applyInPandasWithState``, in the routes' query did this before, and cost that query a
+second read of every invoice: `benchmarks/bench_pipeline.py`), and the last running total
+of a customer equals its ``rewards`` total: both sum the same points.
 """
 
 from __future__ import annotations
@@ -57,17 +60,17 @@ def with_notifications(records: pa.Table) -> pa.Table:
                 f"customer {card}: {len(invoices)} notifications in a micro-batch without "
                 "the customer's total"
             )
-        for created, number, points, i in sorted(invoices, reverse=True):  # newest first
+        for created, number, gained, i in sorted(invoices, reverse=True):  # newest first
             values[i] = orjson.dumps(
                 {
                     "CustomerCardNo": card,
                     "InvoiceNumber": number,
                     "CreatedTime": created,
-                    "PointsEarned": points,
+                    "PointsEarned": gained,
                     "TotalPoints": total,
                 }
             )
-            total -= points
+            total -= gained
     out = records.drop_columns(["note"])
     return out.set_column(
         out.schema.get_field_index("value"), "value", pa.array(values, pa.binary())

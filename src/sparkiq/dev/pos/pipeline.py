@@ -2,8 +2,8 @@
 
 Run it with ``sparkiq run src/sparkiq/dev/pos/pipeline.py --bootstrap-servers HOST:PORT``.
 
-Invoices (JSON, keyed by store id) arrive on ``pos``. One streaming query, ``pos``, reads
-and parses each invoice once (`parse_invoices`, `shared_invoices`) and writes:
+Invoices (JSON, keyed by store id) arrive on ``pos``; each query parses each invoice once
+(`parse_invoices`). The pipeline writes:
 
 - the tables and the loyalty notifications, from one Spark aggregation
   (`sparkiq.dev.pos.tables`): the table ``latest-invoice`` gets customer -> the invoice
@@ -14,21 +14,30 @@ and parses each invoice once (`parse_invoices`, `shared_invoices`) and writes:
   retention); each PRIME invoice becomes a notification on ``loyalty`` carrying the points
   earned and the customer's new running total (`sparkiq.dev.pos.loyalty`). An invoice
   more than 10 minutes older than the newest one is left out of the store's sales and of
-  the notifications.
+  the notifications (its points still count in ``rewards``).
 - the routes (topics, no state): a record whose value does not parse as an invoice goes to
   ``pos-dead-letter`` with the reason and its source position, and is counted (observed
   metric ``dead_letters``); HOME-DELIVERY invoices go to ``shipments`` as received; every
   invoice is masked (no card number, no contact number) and flattened to one record per
   line item on ``hadoop-sink``.
 
-Before it, the global table ``stores`` (store id -> name, city, state: reference data
+Before them, the global table ``stores`` (store id -> name, city, state: reference data
 every node holds whole) is written once from `store_directory`.
 
-One query rather than one per output: reading an invoice through the Python source and
-parsing its JSON cost more than anything done with it afterwards, and streaming queries
-(or two branches of one) each read and parse their source again. The query starts a
-micro-batch every `TRIGGER` (back to back under load; the tables are as fresh as its
-micro-batches); the parameter ``trigger`` (``sparkiq run --param``) overrides it.
+Two layouts (``sparkiq run --param layout=...``), measured side by side in BENCHMARKS.md
+(``bench_pipeline.py``):
+
+- ``two-queries`` (the default): query ``tables`` writes the tables and the notifications,
+  a micro-batch every `TABLES_TRIGGER`; query ``pos-routes`` the routes, every
+  `ROUTES_TRIGGER`. Each query reads and parses every invoice, but the tables'
+  micro-batches stay short, and the tables are as fresh as they are.
+- ``one-query``: query ``pos`` writes everything, a micro-batch every `TABLES_TRIGGER`,
+  reading and parsing each invoice once (`shared_invoices`). Reading through the Python
+  source and parsing the JSON cost more than anything done with an invoice afterwards, so a
+  burst is digested faster; but every micro-batch is longer (a shuffle more, the routes'
+  work), and so are the tables' refreshes.
+
+The parameters ``tables_trigger`` and ``routes_trigger`` override the triggers.
 
 `sparkiq.dev.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkiq.core.errors import ConfigError
 from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
 from sparkiq.dev.pos.loyalty import with_notifications
 from sparkiq.dev.pos.tables import NOTE_TYPE, table_records
@@ -51,7 +61,9 @@ if TYPE_CHECKING:
 
 WINDOW = "1 minute"  # tables.WINDOW_MS
 RETENTION = "1 hour"  # store-sales windows are kept this long after the newest one ends
-TRIGGER = "250 milliseconds"
+TABLES_TRIGGER = "250 milliseconds"
+ROUTES_TRIGGER = "2 seconds"
+LAYOUTS = ("two-queries", "one-query")
 DEFAULT_TOPICS = {
     "source": "pos",
     "shipments": "shipments",
@@ -227,7 +239,7 @@ def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
 
 
 def pipeline(ctx: PipelineContext) -> None:
-    """Start the point-of-sale pipeline's query on *ctx*."""
+    """Start the point-of-sale pipeline's queries on *ctx* (see the module for the layouts)."""
     from pyspark.sql import functions as F
 
     topics = {
@@ -276,25 +288,50 @@ def pipeline(ctx: PipelineContext) -> None:
     )
     for table in (rewards, latest, sales):
         ctx.prepare_table(table)
-    share_scans(ctx.spark)
-    # As many partitions after the shared exchange as the session has task slots.
-    spread = int(ctx.params.get("partitions", ctx.spark.sparkContext.defaultParallelism))
-    parsed = shared_invoices(parse_invoices(ctx.read(topics["source"])), spread)
+    layout = ctx.params.get("layout", LAYOUTS[0])
+    if layout not in LAYOUTS:
+        raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    tables_trigger = ctx.params.get("tables_trigger", TABLES_TRIGGER)
+    source = parse_invoices(ctx.read(topics["source"]))
+    if layout == "one-query":
+        share_scans(ctx.spark)
+        # As many partitions after the shared exchange as the session has task slots.
+        spread = int(ctx.params.get("partitions", ctx.spark.sparkContext.defaultParallelism))
+        source = shared_invoices(source, spread)
     # The routes, with the dead letters counted.
-    routed = parsed.observe(
+    routed = source.observe(
         "pos",
         F.count(F.lit(1)).alias("records"),
         F.sum(F.col("reason").isNotNull().cast("long")).alias("dead_letters"),
     )
-    routes = _routes(routed, topics).withColumn("note", F.lit(None).cast(NOTE_TYPE))
-    # Every table and the notifications from one aggregation (`sparkiq.dev.pos.tables`).
-    tables = table_records(valid_invoices(parsed), rewards, latest, sales, topics["loyalty"])
+    routes = _routes(routed, topics)
+    # Every table and the notifications from one aggregation (`sparkiq.dev.pos.tables`),
+    # the notifications' running totals filled in on the driver.
+    tables = table_records(valid_invoices(source), rewards, latest, sales, topics["loyalty"])
+    noted = F.col("note").isNotNull()  # the rows `with_notifications` needs
+    if layout == "one-query":
+        routes = routes.withColumn("note", F.lit(None).cast(NOTE_TYPE))
+        ctx.write(
+            routes.unionByName(tables),
+            name="pos",
+            output_mode="update",
+            tables=(rewards, latest, sales),
+            trigger_interval=tables_trigger,
+            finish=with_notifications,
+            finish_rows=noted,
+        )
+        return
     ctx.write(
-        routes.unionByName(tables),
-        name="pos",
+        tables,
+        name="tables",
         output_mode="update",
         tables=(rewards, latest, sales),
-        trigger_interval=ctx.params.get("trigger", TRIGGER),
+        trigger_interval=tables_trigger,
         finish=with_notifications,
-        finish_rows=F.col("note").isNotNull(),
+        finish_rows=noted,
+    )
+    ctx.write(
+        routes,
+        name="pos-routes",
+        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
     )
