@@ -68,7 +68,9 @@ def start_kafka_write(
     *finish_rows* holds (every row when it is None) go through it on the driver before they
     are produced (`BatchProducer`)."""
     if finish is not None:
-        df = df.withColumn(FINISH_FLAG, _true() if finish_rows is None else finish_rows)
+        from pyspark.sql import functions as F
+
+        df = df.withColumn(FINISH_FLAG, F.lit(True) if finish_rows is None else finish_rows)
     writer = df.writeStream.option("checkpointLocation", checkpoint_location)
     writer = writer.outputMode(output_mode).queryName(name)
     if trigger_interval:
@@ -78,12 +80,6 @@ def start_kafka_write(
     local = (df.sparkSession.sparkContext.master or "").startswith("local")
     producer = BatchProducer(sink, checkpoint_location, local=local, finish=finish)
     return writer.foreachBatch(producer).start()
-
-
-def _true() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.lit(True)
 
 
 class BatchProducer:
@@ -121,21 +117,20 @@ class BatchProducer:
             records = batch.toArrow()
             if self.finish is not None:
                 records = self.finish(records.drop_columns([FINISH_FLAG]))
-            self._produce(records)
+            self._produce(records, batch)
             self.in_driver += 1
             return
         self.by_executors += 1
         if self.finish is None:
             write_kafka_once(batch, self.sink)
             return
-        kept = produce_all_but_flagged(batch, self.sink)
-        records = self.finish(kept)
+        self._produce(self.finish(produce_all_but_flagged(batch, self.sink)), batch)
+
+    def _produce(self, records: pa.Table, batch: DataFrame) -> None:
+        """Produce *records*, collected on the driver (of *batch*), every one acknowledged."""
         if self.sink.format != FORMAT_NAME:
             write_kafka_once(batch.sparkSession.createDataFrame(records), self.sink)
-        else:
-            self._produce(records)
-
-    def _produce(self, records: pa.Table) -> None:
+            return
         from pyspark.sql.pandas.types import from_arrow_schema
 
         options = SinkOptions.parse(self.sink.options, from_arrow_schema(records.schema))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from sparkiq.core.partitioner import partition_for
@@ -19,6 +20,44 @@ from tests.support.restore import produce
 from tests.support.spark import read_topic
 
 pytest_plugins = ["tests.support.spark"]
+
+
+def _write_400(
+    spark: Any,
+    bootstrap: str,
+    topics: tuple[str, str],
+    checkpoint: str,
+    values: Callable[[int], bytes],
+    columns: list[Column],
+    **producer: Any,
+) -> BatchProducer:
+    """Produce 400 records (key k<i>, value *values(i)*) on two partitions of *topics[0]*,
+    stream them in batches of 100 as *columns* through a `BatchProducer` (*producer*: its
+    options) into *topics[1]* (3 partitions); return the producer once done."""
+    source, sink = topics
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 3)
+    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), values(i)) for i in range(400)])
+    writer = BatchProducer(
+        sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
+        checkpoint,
+        **producer,
+    )
+    query = (
+        spark.readStream.format("sparkiq-kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 100)
+        .load()
+        .select(*columns)
+        .writeStream.option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .foreachBatch(writer)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    return writer
 
 
 @pytest.mark.spark
@@ -32,31 +71,17 @@ def test_batches_are_produced_whole_from_the_driver_when_small_and_local(
     driver_max: int,
     in_driver: int,
 ) -> None:
-    source, sink = unique_name("kw-in"), unique_name("kw-out")
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, sink, 3)
-    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), f"v{i}".encode()) for i in range(400)])
-    checkpoint = str(tmp_path / "cp")
-    writer = BatchProducer(
-        sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
-        checkpoint,
+    sink = unique_name("kw-out")
+    writer = _write_400(
+        spark,
+        bootstrap,
+        (unique_name("kw-in"), sink),
+        str(tmp_path / "cp"),
+        lambda i: f"v{i}".encode(),
+        [F.col("key"), F.upper(F.col("value").cast("string")).alias("value")],
         local=local,
         driver_max_records=driver_max,
     )
-    query = (
-        spark.readStream.format("sparkiq-kafka")
-        .option("bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 100)
-        .load()
-        .select("key", F.upper(F.col("value").cast("string")).alias("value"))
-        .writeStream.option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .foreachBatch(writer)
-        .start()
-    )
-    assert query.awaitTermination(180)
     # Four batches of 100: the first's size is unknown (no log before it), so the executors
     # produce it; the rest are small enough for the driver, in local mode only.
     assert (writer.in_driver, writer.by_executors) == (in_driver, 4 - in_driver)
@@ -102,34 +127,19 @@ def test_flagged_rows_of_a_batch_go_through_finish_together_on_the_driver(
     local: bool,
     in_driver: int,
 ) -> None:
-    source, sink = unique_name("kwf-in"), unique_name("kwf-out")
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, sink, 3)
-    produce(bootstrap, source, [(i % 2, f"k{i}".encode(), b"%d" % i) for i in range(400)])
-    checkpoint = str(tmp_path / "cp")
-    writer = BatchProducer(
-        sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap, topic=sink),
-        checkpoint,
+    sink = unique_name("kwf-out")
+    mark = (F.col("value").cast("string").cast("int") % 4) == 0
+    writer = _write_400(
+        spark,
+        bootstrap,
+        (unique_name("kwf-in"), sink),
+        str(tmp_path / "cp"),
+        lambda i: b"%d" % i,
+        [F.col("key"), F.col("value"), mark.alias("mark"), mark.alias(FINISH_FLAG)],
         local=local,
         driver_max_records=150,
         finish=_finish,
     )
-    mark = (F.col("value").cast("string").cast("int") % 4) == 0
-    query = (
-        spark.readStream.format("sparkiq-kafka")
-        .option("bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 100)
-        .load()
-        .select("key", "value", mark.alias("mark"))
-        .withColumn(FINISH_FLAG, F.col("mark"))
-        .writeStream.option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .foreachBatch(writer)
-        .start()
-    )
-    assert query.awaitTermination(180)
     # The first batch (size unknown) goes through the executors, which produce the
     # unflagged rows and hand the flagged ones to the driver; small ones, in local mode,
     # are produced whole from the driver.

@@ -308,28 +308,24 @@ def pipeline(ctx: PipelineContext) -> None:
     # Every table and the notifications from one aggregation (`sparkiq.dev.pos.tables`),
     # the notifications' running totals filled in on the driver.
     tables = table_records(valid_invoices(source), rewards, latest, sales, topics["loyalty"])
-    noted = F.col("note").isNotNull()  # the rows `with_notifications` needs
-    if layout == "one-query":
-        routes = routes.withColumn("note", F.lit(None).cast(NOTE_TYPE))
+
+    def write_tables(df: DataFrame, name: str) -> None:
         ctx.write(
-            routes.unionByName(tables),
-            name="pos",
+            df,
+            name=name,
             output_mode="update",
             tables=(rewards, latest, sales),
             trigger_interval=tables_trigger,
             finish=with_notifications,
-            finish_rows=noted,
+            finish_rows=F.col("note").isNotNull(),  # the rows `with_notifications` needs
+        )
+
+    if layout == "one-query":
+        write_tables(
+            routes.withColumn("note", F.lit(None).cast(NOTE_TYPE)).unionByName(tables), "pos"
         )
         return
-    ctx.write(
-        tables,
-        name="tables",
-        output_mode="update",
-        tables=(rewards, latest, sales),
-        trigger_interval=tables_trigger,
-        finish=with_notifications,
-        finish_rows=noted,
-    )
+    write_tables(tables, "tables")
     ctx.write(
         routes,
         name="pos-routes",

@@ -1,13 +1,11 @@
-"""The point-of-sale tables (and, in the one-query layout, the loyalty notifications) from one
-Spark aggregation.
+"""The point-of-sale tables and loyalty notifications from one Spark aggregation.
 
 Every valid invoice becomes rows of one grouped stream (`table_rows`): one for its customer
 (group ``C<card>``, no window), one for its store (group ``S<store id>`` and the 1-minute
-window of its CreatedTime) and, when notifications are wanted, for a PRIME invoice one of
-its own (group ``N<card>``, its window and its (CreatedTime, InvoiceNumber) as ``I``). One
-streaming aggregation
-(`table_aggregates`, update mode: each micro-batch emits the groups it changed) keeps, per
-group:
+window of its CreatedTime) and, when notifications are wanted (the pipeline always wants
+them), for a PRIME invoice one of its own (group ``N<card>``, its window and its
+(CreatedTime, InvoiceNumber) as ``I``). One streaming aggregation (`table_aggregates`,
+update mode: each micro-batch emits the groups it changed) keeps, per group:
 
 - customer: the sum of the points its PRIME invoices earn (``floor(TotalAmount / 50)``),
   whether it ever had one, and the invoice with the greatest (CreatedTime, InvoiceNumber),
@@ -154,13 +152,6 @@ def table_records(
 
     groups = table_aggregates(invoices, notes=loyalty is not None)
     null = F.lit(None)
-    total = F.struct(
-        F.col("Id").alias("card"),
-        null.cast("long").alias("t"),
-        null.cast("string").alias("n"),
-        null.cast("long").alias("earned"),
-        F.col("TotalPoints").alias("total"),
-    )
     reward = _record(
         rewards.topic,
         *changelog_columns(
@@ -169,7 +160,7 @@ def table_records(
             key="Id",
             value=F.struct(F.col("Id").alias("CustomerCardNo"), "TotalPoints"),
         ),
-        note=total,
+        note=_note(total=F.col("TotalPoints")),
     )
     newest = _record(latest.topic, *changelog_columns(groups, latest, key="Id", value="Invoice"))
     window = _record(
@@ -186,19 +177,35 @@ def table_records(
     kind = F.substring("G", 1, 1)
     out = F.when(kind == STORE, F.array(window))
     if loyalty is not None:
-        earned = F.struct(
-            F.col("Id").alias("card"),
-            F.col("I.t").alias("t"),
-            F.col("I.n").alias("n"),
-            F.col("TotalPoints").alias("earned"),
-            null.cast("long").alias("total"),
-        )
+        earned = _note(t=F.col("I.t"), n=F.col("I.n"), earned=F.col("TotalPoints"))
         notice = _record(loyalty, F.col("Id").cast("binary"), null.cast("binary"), note=earned)
         out = out.when(kind == NOTE, F.array(notice))
     records = groups.select(F.explode(out.otherwise(customer)).alias("r"))
     if loyalty is None:
         return records.select("r.topic", "r.key", "r.value")
     return records.select("r.topic", "r.key", "r.value", "r.note")
+
+
+def _note(
+    *,
+    t: Column | None = None,
+    n: Column | None = None,
+    earned: Column | None = None,
+    total: Column | None = None,
+) -> Column:
+    """A group's `NOTE_TYPE` struct: its card (``Id``) and the fields given, the rest null."""
+    from pyspark.sql import functions as F
+
+    def field(column: Column | None, kind: str, name: str) -> Column:
+        return (F.lit(None).cast(kind) if column is None else column).alias(name)
+
+    return F.struct(
+        F.col("Id").alias("card"),
+        field(t, "long", "t"),
+        field(n, "string", "n"),
+        field(earned, "long", "earned"),
+        field(total, "long", "total"),
+    )
 
 
 def _record(topic: str, key: Column, value: Column, note: Column | None = None) -> Column:

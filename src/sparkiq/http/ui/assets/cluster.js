@@ -86,11 +86,10 @@ function partitionMap(meta) {
             "td",
             { class: "cell", "data-table": name, "data-partition": p.partition },
             h("div", {}, chip(p.active, lagText(lagOf(p, p.active)))),
-            p.standbys.map((s) =>
-              everywhere.has(name)
-                ? h("div", { class: "global" }, "holds ", chip(s, lagText(lagOf(p, s))))
-                : h("div", { class: "standby" }, "standby ", chip(s, lagText(lagOf(p, s)))),
-            ),
+            p.standbys.map((s) => {
+              const [kind, word] = everywhere.has(name) ? ["global", "holds "] : ["standby", "standby "];
+              return h("div", { class: kind }, word, chip(s, lagText(lagOf(p, s))));
+            }),
             p.warming.map((w) => h("div", { class: "warming" }, "warming ", chip(w, lagText(lagOf(p, w))))),
           ),
         ),
