@@ -7,11 +7,13 @@ how much of the reference's rate each stage leaves before the next one is added:
 1. ``read``: the ``sparkiq-kafka`` source alone (the Python Data Source reading the invoices
    into Arrow batches) into the ``noop`` sink;
 2. ``parse``: the same plus `parse_invoices` and `valid_invoices` (JSON to columns, the
-   validity checks);
-3. ``store-sales``: the same plus the aggregation the reference runs (sum and count per
-   store and 1-minute window, update mode, RocksDB state store), into ``noop``: the
+   validity checks) with the whole invoice's schema, as the routes parse it;
+   ``parse-tables``: with the part of it the tables need (`pipeline.TABLES_SCHEMA`), as
+   the tables' query parses it, and so do the stages below but the routes';
+3. ``store-sales``: ``parse-tables`` plus the aggregation the reference runs (sum and
+   count per store and 1-minute window, update mode, RocksDB state store), into ``noop``: the
    reference's own work, fed from Kafka instead of generated in the JVM;
-4. ``tables``: stage 2 plus `sparkiq.dev.pos.tables.table_aggregates`, the aggregation
+4. ``tables``: ``parse-tables`` plus `sparkiq.dev.pos.tables.table_aggregates`, the aggregation
    behind every table and the loyalty notifications of the pipeline's ``tables`` query
    (two or three rows per invoice, one ``groupBy`` of customers, store windows and PRIME
    invoices, update mode), into ``noop``;
@@ -65,6 +67,7 @@ SMALL = "pos-small"  # the same invoices, read in small batches
 STAGES = (
     "read",
     "parse",
+    "parse-tables",
     "store-sales",
     "tables",
     "routes",
@@ -96,7 +99,10 @@ def query(topic, per_batch, cp):
             return (df.writeStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
                     .trigger(availableNow=True).option("checkpointLocation", cp).start())
     elif not stage.startswith("read"):
-        df = pos.valid_invoices(pos.parse_invoices(df))
+        # parse, parse-x2: the whole invoice (the routes' parse); the rest: the tables' part.
+        full = stage in ("parse", "parse-x2")
+        df = pos.valid_invoices(
+            pos.parse_invoices(df, pos.INVOICE_SCHEMA if full else pos.TABLES_SCHEMA))
     if stage == "store-sales":
         df = (df.withColumn("ts", F.timestamp_millis("CreatedTime"))
               .withWatermark("ts", "10 minutes").groupBy("StoreID", F.window("ts", "1 minute"))

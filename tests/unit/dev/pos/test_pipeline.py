@@ -53,6 +53,27 @@ def test_each_bad_record_gets_the_reason_that_names_what_is_wrong(spark: Any) ->
     assert [row.reason for row in rows] == [reason for _, reason in REASONS]
 
 
+# Records broken where the tables' narrower schema does not look, or only partly.
+OUTSIDE_THE_TABLES: list[tuple[bytes, str | None]] = [
+    (_with(DeliveryAddress=5), None),
+    (_with(DeliveryAddress={"City": ["x"], "PinCode": {"a": 1}}), None),
+    (_with(InvoiceLineItems=[{**GOOD["InvoiceLineItems"][0], "ItemPrice": "free"}]), None),
+    (_with(PosID=[1, 2], CGST="none", PaymentMethod={"a": [1]}), None),
+    (_with(InvoiceLineItems=[7, "x", None]), "missing or invalid field InvoiceLineItems"),
+]
+
+
+def test_the_tables_schema_keeps_and_names_exactly_what_the_whole_one_does(spark: Any) -> None:
+    cases = REASONS + OUTSIDE_THE_TABLES
+    values = [value for value, _ in cases]
+    whole = pos.parse_invoices(_raw(spark, values)).select("reason").collect()
+    part = pos.parse_invoices(_raw(spark, values), pos.TABLES_SCHEMA).select("reason").collect()
+    assert [row.reason for row in whole] == [reason for _, reason in cases]
+    assert [row.reason for row in part] == [reason for _, reason in cases]
+    kept = pos.valid_invoices(pos.parse_invoices(_raw(spark, values), pos.TABLES_SCHEMA))
+    assert set(kept.columns) == {"value", *pos.REQUIRED}
+
+
 def test_each_invoice_is_parsed_once_when_the_valid_ones_are_kept(spark: Any) -> None:
     invoices = pos.parse_invoices(_raw(spark, [json.dumps(GOOD).encode()]))
     kept = invoices.where("reason is null").select("inv.*")
