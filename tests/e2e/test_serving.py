@@ -225,18 +225,11 @@ def test_restart_replays_only_the_changelog_tail(
     assert held <= on_disk_before, "expected the node to get back partitions it had on disk"
     expected = sum(new_per_partition.get(p, 0) for p in held)
     assert meta["restored_records"] == expected
-    # A replica that came back warming moves once caught up: a rebalance the lookups can
-    # meet, answered 508 "retry shortly" while the nodes' maps differ. Every key must be
-    # right from every node once it is over.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            _check_all_nodes(cluster.urls, oracle)
-            break
-        except AssertionError as exc:
-            if "loop_detected" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    # A replica that came back warming moves once caught up: a rebalance that lookups could
+    # meet (answered 508 "retry shortly" while the nodes' maps differ). Once it is over,
+    # every key is right from every node.
+    cluster.wait_moved(timeout_s=60)
+    _check_all_nodes(cluster.urls, oracle)
 
 
 def _topic_of(url: str) -> str:

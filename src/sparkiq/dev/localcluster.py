@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -205,6 +206,32 @@ class LocalCluster:
             time.sleep(0.2)
         self.wait_ready(max(deadline - time.monotonic(), 1.0))
 
+    def wait_moved(self, timeout_s: float = 60.0) -> None:
+        """`wait_ready`, then until no running node's map has a partition warming (the moves
+        to warmed-up replicas are over: each ends in a new map without it) and the maps agree.
+
+        Unlike `wait_settled`, asks nothing of the replicas' positions, so it suits a table
+        with empty partitions; lookups in the meantime may meet a move's rebalance.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.wait_ready(max(deadline - time.monotonic(), 1.0))
+            running = [n for n in self.nodes if n.is_running()]
+            if not any(self._warming(n) for n in running) and self._maps_agree(running):
+                return
+            if time.monotonic() >= deadline:
+                raise SparkiqError(f"a partition still warming after {timeout_s:.0f}s")
+            time.sleep(0.2)
+
+    @staticmethod
+    def _warming(node: NodeProcess) -> bool:
+        """Whether *node*'s map has a partition warming (True when it cannot be asked)."""
+        try:
+            meta = node.http_get("/v1/metadata", 2.0).json()
+        except (httpx.HTTPError, ValueError):
+            return True
+        return _any_warming(meta)
+
     @staticmethod
     def _settled(node: NodeProcess, urls: set[str]) -> bool:
         try:
@@ -213,7 +240,7 @@ class LocalCluster:
             return False
         if {n["url"] for n in meta.get("nodes", [])} != urls:
             return False  # the map still names a node that is gone (or misses one)
-        if any(p.get("warming") for p in meta.get("partitions", [])):
+        if _any_warming(meta):
             return False
         return all(
             r["state"] in ("active", "standby") and r["lag"] == 0 and r["position"] > 0
@@ -248,3 +275,8 @@ class LocalCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _any_warming(meta: Mapping[str, Any]) -> bool:
+    """Whether a node's /v1/metadata has a partition warming."""
+    return any(p.get("warming") for p in meta.get("partitions", []))
