@@ -20,7 +20,7 @@ import pytest
 
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.broker import free_port
-from sparkiq.dev.localcluster import NodeProcess
+from sparkiq.dev.localcluster import NodeProcess, stop_nodes
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import Oracle, fetch_all, mismatches, produce_seeded
@@ -67,8 +67,7 @@ def setup(
         nodes[1].start()  # b starts last: the URL is a's
         yield nodes, oracle
     finally:
-        for node in nodes:
-            node.stop()
+        stop_nodes(nodes)
 
 
 def test_the_later_node_is_refused_and_says_why(

@@ -28,7 +28,7 @@ from sparkiq.client import Client
 from sparkiq.core.errors import ClientError
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.broker import DevBroker
-from sparkiq.dev.localcluster import NodeProcess
+from sparkiq.dev.localcluster import NodeProcess, stop_nodes
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import Oracle, fetch_all, mismatches, produce_seeded
@@ -125,8 +125,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
             keys = sorted(oracle.latest) + sorted(oracle.deleted)
             yield Hosts(net, bootstrap, nodes, oracle, keys)
         finally:
-            for node in nodes:
-                node.stop()
+            stop_nodes(nodes)
             broker.stop()
 
 

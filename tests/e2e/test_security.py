@@ -78,8 +78,7 @@ def secured(
         cluster.wait_ready(90)
         yield cluster, oracle, tls.ca_file
     finally:
-        for node in cluster.nodes:
-            node.stop()
+        cluster.stop()
 
 
 async def _get_all(

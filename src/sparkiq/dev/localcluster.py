@@ -6,6 +6,9 @@ stopped by its PID (SIGTERM for a graceful stop, SIGKILL to simulate a crash).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -89,6 +92,12 @@ class NodeProcess:
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self) -> None:
+        """SIGTERM by PID, not waiting: the node stops gracefully (`stop` waits for it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
 
     def stop(self, *, kill: bool = False, timeout_s: float = 20.0) -> None:
         """SIGTERM (graceful) or SIGKILL (crash) by PID, then wait for the exit."""
@@ -262,8 +271,8 @@ class LocalCluster:
         return len(generations) == 1
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
+        """Stop every node gracefully, all at once (`stop_nodes`)."""
+        stop_nodes(self.nodes)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -280,3 +289,14 @@ class LocalCluster:
 def _any_warming(meta: Mapping[str, Any]) -> bool:
     """Whether a node's /v1/metadata has a partition warming."""
     return any(p.get("warming") for p in meta.get("partitions", []))
+
+
+def stop_nodes(nodes: Sequence[NodeProcess]) -> None:
+    """Stop *nodes* gracefully, all at once: each is told (SIGTERM) before any is waited
+    for. One after another, a node told to stop while the one before it is leaving the
+    group (a rebalance) took ~8 s to leave; told at once, three were gone in half a second.
+    """
+    for node in nodes:
+        node.terminate()
+    for node in nodes:
+        node.stop()
