@@ -98,8 +98,7 @@ INVOICE_SCHEMA = (
 
 # What the tables need of an invoice (`sparkiq.dev.pos.tables`): the required fields, the
 # line items only as far as counting them. Jackson still reads the whole text, but builds
-# neither the fields left out (the line items' descriptions and decimals above all) nor
-# their values.
+# no value for a field left out (the line items' descriptions and decimals above all).
 TABLES_SCHEMA = (
     "InvoiceNumber string, CreatedTime long, StoreID string, CustomerType string, "
     "CustomerCardNo string, TotalAmount decimal(12,2), DeliveryType string, "
@@ -111,9 +110,9 @@ def parse_invoices(raw: DataFrame, schema: str = INVOICE_SCHEMA) -> DataFrame:
     """*raw* Kafka rows plus ``inv`` (the parsed invoice) and ``reason`` (null when valid).
 
     *schema* is the invoice's (`INVOICE_SCHEMA`) or a part of it that holds every
-    `REQUIRED` field (`TABLES_SCHEMA`): a record is valid with either or with neither,
-    since a field that does not parse is null on its own (Spark's partial results) and
-    only the required fields decide; the reason of an invalid one is the same too.
+    `REQUIRED` field (`TABLES_SCHEMA`): a record is valid with both or with neither, and
+    an invalid one gets the same reason, since only the required fields decide and a field
+    that does not parse is null on its own (Spark's partial results).
 
     Each value is parsed once. ``inv`` comes out of a generator (`explode` of a one-element
     array) rather than a projection on purpose: a filter on ``reason`` is pushed by Spark's
