@@ -109,7 +109,7 @@ def query(topic, per_batch, cp):
               .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices")))
         mode = "update"
     if stage == "tables":
-        df, mode = table_aggregates(df, notes=True), "update"
+        df, mode = table_aggregates(df), "update"
     if stage == "tables-kafka":
         return tables_to_kafka(df, cp)
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)

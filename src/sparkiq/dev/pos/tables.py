@@ -2,10 +2,10 @@
 
 Every valid invoice becomes rows of one grouped stream (`table_rows`): one for its customer
 (group ``C<card>``, no window), one for its store (group ``S<store id>`` and the 1-minute
-window of its CreatedTime) and, when notifications are wanted (the pipeline always wants
-them), for a PRIME invoice one of its own (group ``N<card>``, its window and its
-(CreatedTime, InvoiceNumber) as ``I``). One streaming aggregation (`table_aggregates`,
-update mode: each micro-batch emits the groups it changed) keeps, per group:
+window of its CreatedTime) and, for a PRIME invoice, one of its own (group ``N<card>``, its
+window and its (CreatedTime, InvoiceNumber) as ``I``). One streaming aggregation
+(`table_aggregates`, update mode: each micro-batch emits the groups it changed) keeps, per
+group:
 
 - customer: the sum of the points its PRIME invoices earn (``floor(TotalAmount / 50)``),
   whether it ever had one, and the invoice with the greatest (CreatedTime, InvoiceNumber),
@@ -31,7 +31,7 @@ Python state function (``applyInPandasWithState``) costs a round trip through a 
 worker and Arrow every micro-batch, ~65 ms more at 50 invoices/s on two cores, and the
 invoice text crossing into Python and back (`benchmarks/bench_pipeline_stages.py`).
 Spark takes one aggregation per query in update mode, hence one grouping for customers,
-store windows (and invoices). The notifications need a running total per invoice, which no
+store windows and invoices. The notifications need a running total per invoice, which no
 aggregation gives, but each is the customer's total after the batch less the points of its
 invoices that come after it in the batch: computed from this query's output, they need
 neither a state of their own nor a read of the invoices of their own.
@@ -62,11 +62,10 @@ def points(invoices: DataFrame) -> Column:
     return F.when(invoices["CustomerType"] == "PRIME", earned).otherwise(0).cast("long")
 
 
-def table_rows(invoices: DataFrame, *, notes: bool = False) -> DataFrame:
-    """The rows of *invoices* (`pipeline.valid_invoices`) grouped by ``G`` and ``W`` (the
-    window start; null for customers): its customer's and its store window's; with *notes*,
-    also a PRIME invoice's own, and ``I``, a third grouping column (the invoice's (t, n);
-    null for the others)."""
+def table_rows(invoices: DataFrame) -> DataFrame:
+    """The rows of *invoices* (`pipeline.valid_invoices`) grouped by ``G``, ``W`` (the window
+    start; null for customers) and ``I`` (a PRIME invoice's (t, n); null for the others):
+    its customer's, its store window's and, for a PRIME invoice, its own."""
     from pyspark.sql import functions as F
 
     null = F.lit(None)
@@ -103,26 +102,23 @@ def table_rows(invoices: DataFrame, *, notes: bool = False) -> DataFrame:
         null.cast(_ORDER_TYPE).alias("Order"),
         null.cast("decimal(12,2)").alias("Amount"),
     )
-    if not notes:
-        both = F.array(customer, store)
-        return invoices.select(F.explode(both).alias("r")).select("r.*").drop("I")
     rows = F.when(F.col("CustomerType") == "PRIME", F.array(customer, store, note)).otherwise(
         F.array(customer, store)
     )
     return invoices.select(F.explode(rows).alias("r")).select("r.*")
 
 
-def table_aggregates(invoices: DataFrame, *, notes: bool = False) -> DataFrame:
-    """Per customer and store window of *invoices* (and with *notes* per PRIME invoice):
-    ``Id`` (card or store id), ``G``, ``W``, (``I``), ``TotalPoints``, ``Prime``,
-    ``Invoice`` (the latest), ``Sales`` and ``Invoices``."""
+def table_aggregates(invoices: DataFrame) -> DataFrame:
+    """Per customer, store window and PRIME invoice of *invoices*: ``Id`` (card or store
+    id), ``G``, ``W``, ``I``, ``TotalPoints``, ``Prime``, ``Invoice`` (the latest), ``Sales``
+    and ``Invoices``."""
     from pyspark.sql import functions as F
 
-    rows = table_rows(invoices, notes=notes)
+    rows = table_rows(invoices)
     if invoices.isStreaming:
         rows = rows.withWatermark("W", LATENESS)
     return (
-        rows.groupBy(*(("G", "W", "I") if notes else ("G", "W")))
+        rows.groupBy("G", "W", "I")
         .agg(
             F.sum("Points").alias("TotalPoints"),
             F.max("Prime").alias("Prime"),
@@ -135,22 +131,17 @@ def table_aggregates(invoices: DataFrame, *, notes: bool = False) -> DataFrame:
 
 
 def table_records(
-    invoices: DataFrame,
-    rewards: TableDef,
-    latest: TableDef,
-    sales: TableDef,
-    loyalty: str | None = None,
+    invoices: DataFrame, rewards: TableDef, latest: TableDef, sales: TableDef, loyalty: str
 ) -> DataFrame:
-    """The records (topic, key, value) of the three tables for *invoices*; given a *loyalty*
-    topic, also its notifications and a column ``note`` (`NOTE_TYPE`), what
-    `loyalty.with_notifications` needs: on a notification (value null until then) the card,
-    (t, n) and points earned, on a rewards record the card and its total; null on the
-    others."""
+    """The records (topic, key, value, note) of the three tables and the *loyalty* topic for
+    *invoices*. ``note`` (`NOTE_TYPE`) is what `loyalty.with_notifications` needs: on a
+    notification (value null until then) the card, (t, n) and points earned, on a rewards
+    record the card and its total; null on the others."""
     from pyspark.sql import functions as F
 
     from sparkiq.spark.materialize import changelog_columns
 
-    groups = table_aggregates(invoices, notes=loyalty is not None)
+    groups = table_aggregates(invoices)
     null = F.lit(None)
     reward = _record(
         rewards.topic,
@@ -175,15 +166,14 @@ def table_records(
     )
     customer = F.when(F.col("Prime"), F.array(newest, reward)).otherwise(F.array(newest))
     kind = F.substring("G", 1, 1)
-    out = F.when(kind == STORE, F.array(window))
-    if loyalty is not None:
-        earned = _note(t=F.col("I.t"), n=F.col("I.n"), earned=F.col("TotalPoints"))
-        notice = _record(loyalty, F.col("Id").cast("binary"), null.cast("binary"), note=earned)
-        out = out.when(kind == NOTE, F.array(notice))
-    records = groups.select(F.explode(out.otherwise(customer)).alias("r"))
-    if loyalty is None:
-        return records.select("r.topic", "r.key", "r.value")
-    return records.select("r.topic", "r.key", "r.value", "r.note")
+    earned = _note(t=F.col("I.t"), n=F.col("I.n"), earned=F.col("TotalPoints"))
+    notice = _record(loyalty, F.col("Id").cast("binary"), null.cast("binary"), note=earned)
+    out = (
+        F.when(kind == STORE, F.array(window))
+        .when(kind == NOTE, F.array(notice))
+        .otherwise(customer)
+    )
+    return groups.select(F.explode(out).alias("r")).select("r.topic", "r.key", "r.value", "r.note")
 
 
 def _note(
