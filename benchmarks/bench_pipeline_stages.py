@@ -26,7 +26,20 @@ how much of the reference's rate each stage leaves before the next one is added:
 6. ``read-x2`` and ``parse-x2``: two queries of stage 1 (2) at once in one session: the
    least the pipeline, whose routes and tables are two queries, has to do (streaming
    branches of one source do not share its scan, so each query reads and parses every
-   invoice).
+   invoice); ``both``: the ``tables`` and ``routes`` stages at once, the pipeline's two
+   queries without their Kafka writes; ``both-kafka``: ``tables-kafka`` and
+   ``routes-kafka`` at once, the pipeline's two queries (without its serving nodes).
+
+A stage of two queries runs at the rate of the slower one (the pipeline has processed an
+invoice when every query has): its figure is the lower of the two queries' medians.
+
+Every stage also has a ``-files`` variant (``tables-files``, ``parse-x2-files``, ...): the same
+query over the same invoices read from JSON-lines files by Spark's own ``text`` source, a
+file per micro-batch, instead of from the topic by sparkiq's Python source. No Python worker
+reads them, so the gap between a stage and its ``-files`` variant is what reading through
+Python costs it: a stand-in for a JVM-side source such as Spark's Kafka connector, which
+cannot be installed on the machine these figures come from. (The ``-files`` rows carry no
+Kafka key, topic partition or offset; only the dead letters, none here, use them.)
 
 Each stage runs alone in a fresh child Spark session (local[2], the pipeline's settings),
 with ``Trigger.AvailableNow`` over invoices already in the topic, twice:
@@ -56,9 +69,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from bench_pipeline import rate_reference
 from sparkiq.dev.broker import DevBroker
-from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 from sparkiq.dev.pos.pipeline import DEFAULT_TOPICS
 from sparkiq.kafka.admin import create_topic
 
@@ -75,6 +90,8 @@ STAGES = (
     "tables-kafka",
     "read-x2",
     "parse-x2",
+    "both",
+    "both-kafka",
 )
 
 STAGE = r"""
@@ -84,33 +101,46 @@ from sparkiq.dev.pos import pipeline as pos
 from sparkiq.dev.pos.tables import table_aggregates
 from sparkiq.spark.session import local_session
 
-stage, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint = sys.argv[1:9]
+name, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint, files = (
+    sys.argv[1:10])
 spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions),
                       conf=json.loads(os.environ.get("BENCH_STAGE_CONF", "{}")))
+from_files = name.endswith("-files")
+stage = name.removesuffix("-files")
 
-def query(topic, per_batch, cp):
-    df = (spark.readStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", per_batch).load())
+def raw(topic, per_batch):
+    if from_files:
+        # A file of per_batch invoices per micro-batch, as Kafka rows without key or offset.
+        return (spark.readStream.format("text").option("maxFilesPerTrigger", 1)
+                .load(f"{files}/{topic}")
+                .select(F.lit(None).cast("binary").alias("key"),
+                        F.col("value").cast("binary").alias("value"), F.lit(topic).alias("topic"),
+                        F.lit(0).alias("partition"), F.lit(0).cast("long").alias("offset")))
+    return (spark.readStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", per_batch).load())
+
+def query(kind, topic, per_batch, cp):
+    df = raw(topic, per_batch)
     mode = "append"
-    if stage.startswith("routes"):
+    if kind.startswith("routes"):
         df = pos._routes(pos.parse_invoices(df), pos.DEFAULT_TOPICS)
-        if stage == "routes-kafka":
+        if kind == "routes-kafka":
             return (df.writeStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
                     .trigger(availableNow=True).option("checkpointLocation", cp).start())
-    elif not stage.startswith("read"):
+    elif not kind.startswith("read"):
         # parse, parse-x2: the whole invoice (the routes' parse); the rest: the tables' part.
-        full = stage in ("parse", "parse-x2")
+        full = kind in ("parse", "parse-x2")
         df = pos.valid_invoices(
             pos.parse_invoices(df, pos.INVOICE_SCHEMA if full else pos.TABLES_SCHEMA))
-    if stage == "store-sales":
+    if kind == "store-sales":
         df = (df.withColumn("ts", F.timestamp_millis("CreatedTime"))
               .withWatermark("ts", "10 minutes").groupBy("StoreID", F.window("ts", "1 minute"))
               .agg(F.sum("TotalAmount").alias("Sales"), F.count(F.lit(1)).alias("Invoices")))
         mode = "update"
-    if stage == "tables":
+    if kind == "tables":
         df, mode = table_aggregates(df), "update"
-    if stage == "tables-kafka":
+    if kind == "tables-kafka":
         return tables_to_kafka(df, cp)
     return (df.writeStream.format("noop").outputMode(mode).trigger(availableNow=True)
             .option("checkpointLocation", cp).start())
@@ -136,9 +166,12 @@ def tables_to_kafka(df, cp):
             .foreachBatch(producer).start())
 
 def run(topic, per_batch, cp):
-    # read-x2, parse-x2: two queries at once, each reading (and parsing) every invoice.
-    n = 2 if stage.endswith("-x2") else 1
-    queries = [query(topic, per_batch, f"{cp}-{i}") for i in range(n)]
+    # read-x2, parse-x2, both: two queries at once, each reading (and parsing) every invoice.
+    if stage.startswith("both"):  # both, both-kafka
+        kinds = [f"tables{stage[4:]}", f"routes{stage[4:]}"]
+    else:
+        kinds = [stage.removesuffix("-x2")] * (2 if stage.endswith("-x2") else 1)
+    queries = [query(kind, topic, per_batch, f"{cp}-{i}") for i, kind in enumerate(kinds)]
     for q in queries:
         q.awaitTermination()
     return [[p for p in q.recentProgress if p.numInputRows == int(per_batch)] for q in queries]
@@ -177,6 +210,7 @@ def run_stage(
             str(small_batch),
             str(shuffle_partitions),
             str(work / f"cp-{stage}-{time.time_ns()}"),
+            str(work / "files"),
         ],
         capture_output=True,
         text=True,
@@ -187,6 +221,14 @@ def run_stage(
         raise SystemExit(f"stage {stage} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def write_files(directory: Path, invoices: list[Invoice], per_file: int) -> None:
+    """*invoices* as JSON lines, *per_file* to a file (the `-files` stages' micro-batches)."""
+    directory.mkdir(parents=True)
+    for n, first in enumerate(range(0, len(invoices), per_file)):
+        lines = b"".join(orjson.dumps(inv) + b"\n" for inv in invoices[first : first + per_file])
+        (directory / f"{n:05d}.json").write_bytes(lines)
 
 
 def main() -> None:
@@ -202,7 +244,9 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=30.0, help="rate reference duration")
     parser.add_argument(
-        "--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}"
+        "--stages",
+        default=",".join(STAGES),
+        help=f"comma-separated, of {', '.join(STAGES)}, each also with '-files'",
     )
     parser.add_argument(
         "--shuffle-partitions", type=int, default=1, help="of the stages and the reference"
@@ -213,8 +257,8 @@ def main() -> None:
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    if not stages or not set(stages) <= set(STAGES):
-        parser.error(f"--stages: choose among {', '.join(STAGES)}")
+    if not stages or not {s.removesuffix("-files") for s in stages} <= set(STAGES):
+        parser.error(f"--stages: choose among {', '.join(STAGES)}, each also with '-files'")
     if args.invoices < (args.warmup_batches + 3) * args.batch:
         parser.error("--invoices must leave at least 3 large batches after --warmup-batches")
     if args.small_batches < args.warmup_batches + 3:
@@ -235,10 +279,17 @@ def main() -> None:
         bootstrap = broker.bootstrap_servers
         gen = InvoiceGenerator(7)
         now_ms = int(time.time() * 1000)
-        for topic, n in ((SOURCE, args.invoices), (SMALL, args.small_batch * args.small_batches)):
+        for topic, n, per_file in (
+            (SOURCE, args.invoices, args.batch),
+            (SMALL, args.small_batch * args.small_batches, args.small_batch),
+        ):
             create_topic(bootstrap, topic, 3)
-            produce_invoices(bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5))
+            written = produce_invoices(
+                bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5)
+            )
             print(f"{n:,} invoices in topic {topic!r}", flush=True)
+            if any(s.endswith("-files") for s in stages):
+                write_files(work / "files" / topic, written, per_file)
         # Where routes-kafka and tables-kafka write.
         for name in ("shipments", "hadoop", "dead_letter", "loyalty"):
             create_topic(bootstrap, DEFAULT_TOPICS[name], 3)
@@ -246,19 +297,23 @@ def main() -> None:
             result = run_stage(
                 stage, bootstrap, args.batch, args.small_batch, args.shuffle_partitions, work, conf
             )
-            # Per query (parse-x2 runs two), without its warm-up batches.
+            # Per query (parse-x2 and both run two), without its warm-up batches; a stage
+            # goes at its slower query's rate and waits for its slower small batches.
             skip = args.warmup_batches
-            counted = [r for q in result["rows_per_s"] for r in q[skip:]]
-            small = [ms for q in result["small_batch_ms"] for ms in q[skip:]]
-            if not counted or not small:
+            counted = [q[skip:] for q in result["rows_per_s"]]
+            small = [q[skip:] for q in result["small_batch_ms"]]
+            if not all(counted) or not all(small):
                 raise SystemExit(f"stage {stage}: no full batch after the warm-up ones")
-            rates[stage] = statistics.median(counted)
-            small_ms[stage] = statistics.median(small)
+            rates[stage] = min(statistics.median(q) for q in counted)
+            small_ms[stage] = max(statistics.median(q) for q in small)
+            durations = "; ".join(
+                ", ".join(f"{ms / 1000:.2f}" for ms in q) for q in result["batch_ms"]
+            )
             print(
                 f"{stage:>12}: {rates[stage]:>9,.0f} rows/s = "
                 f"{rates[stage] / ref['throughput']:.2f} of the reference "
                 f"(batches of {args.batch:,}: "
-                f"{', '.join(f'{ms / 1000:.2f}' for ms in result['batch_ms'][0])} s); "
+                f"{durations} s); "
                 f"batches of {args.small_batch}: median {small_ms[stage]:.0f} ms = "
                 f"{small_ms[stage] / ref['batch_ms']:.2f} of the reference's",
                 flush=True,
