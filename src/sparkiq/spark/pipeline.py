@@ -114,18 +114,32 @@ class PipelineContext:
             return str(self.checkpoint_dir / safe)
         return f"{self.checkpoint_dir.rstrip('/')}/{safe}"
 
-    def read(self, *topics: str, starting_offsets: str = "earliest") -> DataFrame:
+    def read(
+        self,
+        *topics: str,
+        starting_offsets: str = "earliest",
+        max_offsets_per_trigger: int | None = None,
+    ) -> DataFrame:
         """A streaming DataFrame of the records of *topics*: columns `KAFKA_COLUMNS` (key,
         value, topic, partition, offset, timestamp, timestampType, headers) with either
-        connector."""
+        connector.
+
+        A micro-batch reads at most *max_offsets_per_trigger* records (None: the context's,
+        ``sparkiq run --max-offsets-per-trigger``): more, say, for a query whose trigger
+        interval is longer than the others', so a backlog does not hold it to fewer records
+        per second than they go."""
         if not topics:
             raise ConfigError("read() needs at least one topic")
+        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
+            raise ConfigError(
+                f"max_offsets_per_trigger must be at least 1, got {max_offsets_per_trigger}"
+            )
         source = source_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,
             topics=topics,
             starting_offsets=starting_offsets,
-            max_offsets_per_trigger=self.max_offsets_per_trigger,
+            max_offsets_per_trigger=max_offsets_per_trigger or self.max_offsets_per_trigger,
             security=self.kafka_security,
         )
         return self.spark.readStream.format(source.format).options(**source.options).load()

@@ -80,3 +80,40 @@ def test_checkpoints_on_shared_storage_are_urls_under_the_root() -> None:
     assert ctx.checkpoint("table store-sales") == "hdfs://nn:8020/ckpt/table_store-sales"
     local = PipelineContext(spark=cast(Any, None), bootstrap_servers="b", checkpoint_dir=Path("c"))
     assert local.checkpoint("customers") == "c/customers"
+
+
+class FakeSpark:
+    """Just enough of a SparkSession for `PipelineContext.read`: records the source's options."""
+
+    def __init__(self) -> None:
+        self.options_given: dict[str, str] = {}
+
+    @property
+    def readStream(self) -> FakeSpark:
+        return self
+
+    def format(self, name: str) -> FakeSpark:
+        return self
+
+    def options(self, **options: str) -> FakeSpark:
+        self.options_given = dict(options)
+        return self
+
+    def load(self) -> dict[str, str]:
+        return self.options_given
+
+
+def test_a_read_may_cap_its_micro_batches_otherwise_than_the_context() -> None:
+    spark = FakeSpark()
+    ctx = PipelineContext(
+        spark=cast(Any, spark),
+        bootstrap_servers="b",
+        checkpoint_dir="c",
+        max_offsets_per_trigger=20,
+    )
+    assert cast(Any, ctx.read("pos"))["maxOffsetsPerTrigger"] == "20"
+    assert cast(Any, ctx.read("pos", max_offsets_per_trigger=160))["maxOffsetsPerTrigger"] == "160"
+    with pytest.raises(ConfigError, match="at least 1"):
+        ctx.read("pos", max_offsets_per_trigger=0)
+    uncapped = PipelineContext(spark=cast(Any, spark), bootstrap_servers="b", checkpoint_dir="c")
+    assert "maxOffsetsPerTrigger" not in cast(Any, uncapped.read("pos"))

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkiq.core.durations import parse_duration_ms
 from sparkiq.core.errors import ConfigError
 from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
 from sparkiq.dev.pos.loyalty import with_notifications
@@ -253,6 +254,23 @@ def _routes(parsed: DataFrame, topics: dict[str, str]) -> DataFrame:
     return parsed.select(F.explode(out).alias("r")).select("r.topic", "r.key", "r.value")
 
 
+def routes_cap(cap: int | None, routes_trigger: str, tables_trigger: str) -> int | None:
+    """The most records a micro-batch of the routes reads: the pipeline's *cap* (None: no
+    cap) times as many as the routes' trigger interval is longer than the tables'.
+
+    A query reads at most its cap per micro-batch and starts one at most every interval, so
+    through a backlog the routes (a batch every 2 s) would go at most cap / 2 s, and the
+    pipeline would catch up at that pace however fast the tables go: 20,000 per 2 s, 10,000
+    invoices/s, with `bench_pipeline.py`'s cap, where the tables' 20,000-invoice
+    micro-batches took about a second. Scaled, the routes' ceiling is the tables'.
+    """
+    if cap is None:
+        return None
+    routes_ms = parse_duration_ms(routes_trigger)
+    tables_ms = parse_duration_ms(tables_trigger)
+    return max(cap, cap * routes_ms // tables_ms)
+
+
 def pipeline(ctx: PipelineContext) -> None:
     """Start the point-of-sale pipeline's queries on *ctx* (see the module for the layouts)."""
     from pyspark.sql import functions as F
@@ -307,7 +325,15 @@ def pipeline(ctx: PipelineContext) -> None:
     if layout not in LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     tables_trigger = ctx.params.get("tables_trigger", TABLES_TRIGGER)
-    source = parse_invoices(ctx.read(topics["source"]))
+    routes_trigger = ctx.params.get("routes_trigger", ROUTES_TRIGGER)
+    source = parse_invoices(
+        ctx.read(
+            topics["source"],
+            max_offsets_per_trigger=None
+            if layout == "one-query"
+            else routes_cap(ctx.max_offsets_per_trigger, routes_trigger, tables_trigger),
+        )
+    )
     if layout == "one-query":
         share_scans(ctx.spark)
         # As many partitions after the shared exchange as the session has task slots.
@@ -347,8 +373,4 @@ def pipeline(ctx: PipelineContext) -> None:
         )
         return
     write_tables(tables, "tables")
-    ctx.write(
-        routes,
-        name="pos-routes",
-        trigger_interval=ctx.params.get("routes_trigger", ROUTES_TRIGGER),
-    )
+    ctx.write(routes, name="pos-routes", trigger_interval=routes_trigger)

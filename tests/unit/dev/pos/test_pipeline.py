@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from sparkiq.core.errors import ConfigError
 from sparkiq.dev.pos import pipeline as pos
 from sparkiq.dev.pos.generator import InvoiceGenerator
 
@@ -80,3 +83,13 @@ def test_each_invoice_is_parsed_once_when_the_valid_ones_are_kept(spark: Any) ->
     plan = kept._jdf.queryExecution().executedPlan().toString()
     assert plan.count("from_json(") == 1, plan
     assert kept.count() == 1
+
+
+def test_the_routes_read_as_much_more_per_micro_batch_as_their_trigger_is_longer() -> None:
+    # The default triggers: a routes batch every 2 s, a tables one every 250 ms.
+    assert pos.routes_cap(20_000, pos.ROUTES_TRIGGER, pos.TABLES_TRIGGER) == 160_000
+    assert pos.routes_cap(20_000, "1 second", "1 second") == 20_000
+    assert pos.routes_cap(20_000, "100 ms", "1 second") == 20_000  # never below the cap
+    assert pos.routes_cap(None, pos.ROUTES_TRIGGER, pos.TABLES_TRIGGER) is None
+    with pytest.raises(ConfigError, match="duration"):
+        pos.routes_cap(20_000, "soon", pos.TABLES_TRIGGER)
