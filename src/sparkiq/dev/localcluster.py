@@ -6,8 +6,6 @@ stopped by its PID (SIGTERM for a graceful stop, SIGKILL to simulate a crash).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import time
@@ -21,7 +19,7 @@ import httpx
 
 from sparkiq.core.errors import SparkiqError
 from sparkiq.dev.broker import free_port
-from sparkiq.dev.processes import spawn_sparkiq, stop_process
+from sparkiq.dev.processes import signal_process, spawn_sparkiq, stop_process
 from sparkiq.http.tls import client_context
 
 
@@ -95,9 +93,8 @@ class NodeProcess:
 
     def terminate(self) -> None:
         """SIGTERM by PID, not waiting: the node stops gracefully (`stop` waits for it)."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
+        if self.proc is not None:
+            signal_process(self.proc, signal.SIGTERM)
 
     def stop(self, *, kill: bool = False, timeout_s: float = 20.0) -> None:
         """SIGTERM (graceful) or SIGKILL (crash) by PID, then wait for the exit."""

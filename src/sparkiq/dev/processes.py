@@ -37,17 +37,22 @@ def spawn_sparkiq(
         log.close()
 
 
+def signal_process(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Send *sig* to *proc* by its PID, unless it has exited (then nothing)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+
 def stop_process(
     proc: subprocess.Popen[bytes], *, kill: bool = False, grace_s: float, timeout_s: float
 ) -> None:
     """SIGTERM (or SIGKILL when `kill`), wait `grace_s`, then SIGKILL and wait for the exit."""
     if proc.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+    signal_process(proc, signal.SIGKILL if kill else signal.SIGTERM)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
+        signal_process(proc, signal.SIGKILL)
         proc.wait(timeout=timeout_s)
