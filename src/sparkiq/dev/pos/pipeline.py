@@ -39,7 +39,10 @@ Two layouts (``sparkiq run --param layout=...``), measured side by side in BENCH
   burst is digested faster; but every micro-batch is longer (a shuffle more, the routes'
   work), and so are the tables' refreshes.
 
-The parameters ``tables_trigger`` and ``routes_trigger`` override the triggers.
+The parameters ``tables_trigger`` and ``routes_trigger`` override the triggers. In
+``two-queries`` a routes micro-batch reads up to as many more invoices than the pipeline's
+cap as its trigger is longer than the tables' (`routes_cap`), so a backlog goes at the
+tables' pace.
 
 `sparkiq.dev.pos.oracle` computes every output of this file in plain Python; the end-to-end
 tests compare the two.
