@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,7 +149,7 @@ class InvoiceGenerator:
 def produce_invoices(
     bootstrap: str,
     topic: str,
-    invoices: Iterator[Invoice],
+    invoices: Iterable[Invoice],
     *,
     rate_per_s: float | None = None,
     malformed_every: int = 0,
