@@ -5,6 +5,20 @@ batch + 1, not the last offset + 1 (../shared/BASELINES.md). A reader that stops
 reported end misses the tail of the last batch. `true_end_offsets` reads from the reported
 end - 1 and takes the last offset actually returned + 1; on real Kafka this gives the same
 answer as the watermark.
+
+A partition's tail is known as soon as its first record at or past the reported end - 1
+arrives: librdkafka hands a fetch response's records of a partition to the application all
+at once (the message set is parsed into a queue of its own, then joined to the consumer's),
+so the rest of that last batch is already queued and is drained without waiting. The read
+does not wait for the end-of-partition event, which comes only after a further fetch at the
+tail has waited out ``fetch.wait.max.ms``.
+
+A caller that knows a true end from before (the Spark source, every micro-batch) needs no
+ListOffsets at all: `ends_after` fetches once from there, and a fetch response carries the
+partition's high watermark, which the dev broker reports right in it (it is only ListOffsets
+that answers with the last batch's base offset + 1). Each ListOffsets and each fetch below
+the end has the dev broker list every record batch of the partition (thousands after a few
+minutes of the demo); a fetch at the end lists none.
 """
 
 from __future__ import annotations
@@ -13,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
@@ -57,23 +71,24 @@ def true_end_offsets(
     timeout_s: float = 10.0,
     consumer: Consumer | None = None,
     security: KafkaSecurity = PLAINTEXT,
+    marks: Mapping[TopicPartitionKey, tuple[int, int]] | None = None,
 ) -> dict[TopicPartitionKey, int]:
     """The offset after the last record of each partition (0 for an empty one).
 
     *consumer* (already configured) is used if given; otherwise a probe consumer is made
-    with *security*.
+    with *security*. *marks*, the partitions' watermarks just read (`watermarks`), saves
+    asking for them again.
     """
     own = consumer is None
     c = consumer if consumer is not None else probe_consumer(bootstrap_servers, security)
     try:
-        marks = watermarks(c, partitions, timeout_s)
+        if marks is None:
+            marks = watermarks(c, partitions, timeout_s)
         ends: dict[TopicPartitionKey, int] = {}
         to_probe: dict[TopicPartitionKey, int] = {}
         for tp, (low, high) in marks.items():
-            if high <= low:
-                ends[tp] = high
-            else:
-                ends[tp] = high
+            ends[tp] = high
+            if high > low:
                 to_probe[tp] = high - 1
         if to_probe:
             _read_tails(c, to_probe, ends, timeout_s)
@@ -92,21 +107,79 @@ def _read_tails(
     consumer.assign([TopicPartition(t, p, off) for (t, p), off in starts.items()])
     pending = set(starts)
     deadline = time.monotonic() + timeout_s
+
+    def take(msg: Message) -> None:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:
+            return
+        tp = (topic, partition)
+        if tp not in starts:
+            return  # left over from an earlier assignment of a reused consumer
+        err = msg.error()
+        if err is not None:
+            if err.code() == CKafkaError._PARTITION_EOF:
+                ends[tp] = max(ends[tp], offset)
+                pending.discard(tp)
+            return
+        ends[tp] = max(ends[tp], offset + 1)
+        if offset >= starts[tp]:
+            pending.discard(tp)  # the last batch has come: the rest of it is queued
+
     try:
         while pending and time.monotonic() < deadline:
-            # consume() waits for the whole batch or the timeout; the tail of one batch per
-            # partition is all there is to read, so a small count returns at once.
+            # consume() waits for the whole count or the timeout; one record per partition
+            # still unanswered is all it needs, so a small count returns at once.
+            for msg in consumer.consume(num_messages=len(pending), timeout=0.2):
+                take(msg)
+        # The rest of the last batches, already queued (see the module); a bounded number
+        # of calls, since records produced meanwhile may keep arriving.
+        for _ in range(_DRAIN_CALLS):
+            queued = consumer.consume(num_messages=10_000, timeout=0)
+            if not queued:
+                break
+            for msg in queued:
+                take(msg)
+    finally:
+        consumer.unassign()
+
+
+_DRAIN_CALLS = 20
+
+
+def ends_after(
+    consumer: Consumer, known: Mapping[TopicPartitionKey, int], timeout_s: float = 10.0
+) -> dict[TopicPartitionKey, int]:
+    """The true end of each partition in *known*, each given a true end read before.
+
+    One fetch per partition from its known end: the response's high watermark (kept by
+    librdkafka, see the module) is the end now. A partition that gives no answer within
+    *timeout_s* is left out; `true_end_offsets` reads it the long way.
+    """
+    ends: dict[TopicPartitionKey, int] = {}
+    if not known:
+        return ends
+    consumer.assign([TopicPartition(t, p, off) for (t, p), off in known.items()])
+    pending = set(known)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=len(pending), timeout=0.2):
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 if topic is None or partition is None or offset is None:
                     continue
                 tp = (topic, partition)
                 err = msg.error()
-                if err is not None:
-                    if err.code() == CKafkaError._PARTITION_EOF:
-                        ends[tp] = max(ends[tp], offset)
-                        pending.discard(tp)
-                    continue
-                ends[tp] = max(ends[tp], offset + 1)
+                if tp not in pending or (
+                    err is not None and err.code() != CKafkaError._PARTITION_EOF
+                ):
+                    continue  # answered already, or a transient error librdkafka retries
+                # A record or the end-of-partition event comes out of a fetch response
+                # handled after the watermark it carried was kept.
+                _low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+                ends[tp] = max(high, offset if err is not None else offset + 1)
+                pending.discard(tp)
     finally:
         consumer.unassign()
+    return ends

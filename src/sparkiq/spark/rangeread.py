@@ -110,8 +110,13 @@ PoolKey = tuple[str, tuple[tuple[str, str], ...]]
 # partition of a few thousand small batches (a few minutes of the demo) is never read again,
 # with 10 ms one of ~30,000. A consumer that gets nothing for ESCALATE_AFTER_S while its range
 # is unread is replaced by one with the next wait, and the process keeps that wait from then on.
+# The escalation is quick because the stall is dear: its task waits, and its consumer's empty
+# fetches, hundreds a second, each have the dev broker list every batch again (reading 60,000
+# invoices behind 5,000 one-record batches per partition: 1.4 s and 1.2 s of the broker's CPU
+# from a 1 ms wait, 1 s of it stalled; 0.4 s and 0.2 s from 20 ms). Every new Python worker
+# process meets it once; the point-of-sale pipeline starts several.
 FETCH_WAITS_MS = (1, 20, 200, 1000)
-ESCALATE_AFTER_S = 1.0
+ESCALATE_AFTER_S = 0.25
 
 _POOL: dict[tuple[PoolKey, int], list[Consumer]] = {}
 _WAIT_LEVEL: dict[PoolKey, int] = {}  # index into FETCH_WAITS_MS; only rises
@@ -232,7 +237,7 @@ def read_range(options: ReadOptions, part: OffsetRange) -> Iterator[pa.RecordBat
             # Records the broker holds but did not answer within the wait: a longer one.
             _raise_fetch_wait(options, wait_ms)
             _log.warning(
-                "no records of %s[%d] from offset %d within %.1fs at a fetch wait of %d ms; "
+                "no records of %s[%d] from offset %d within %.2fs at a fetch wait of %d ms; "
                 "this process reads with %d ms from now on",
                 part.topic,
                 part.partition,

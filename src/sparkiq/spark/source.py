@@ -3,8 +3,11 @@
 Offsets are JSON ``{topic: {"partition": next_offset}}``, the same shape as Spark's own Kafka
 source; Spark keeps them in the query's checkpoint, so a restarted query resumes exactly where
 it stopped. The planning side (`KafkaStreamReader` on the driver) asks for the *true* end of
-every partition (`sparkiq.kafka.offsets.true_end_offsets`): the dev broker under-reports the
-high watermark, and a source that trusted it would leave the tail of a finished input unread.
+every partition (`sparkiq.kafka.offsets`): the dev broker under-reports the high watermark in
+ListOffsets, and a source that trusted it would leave the tail of a finished input unread.
+After its first micro-batch the reader asks with one fetch per partition from the end it
+found last (`ends_after`), no ListOffsets: on the dev broker each ListOffsets and each fetch
+below the end lists every record batch of the partition, and this is asked every trigger.
 
 Each micro-batch reads, per Kafka partition with new records, the offset range
 ``[start, end)``. A range of at least ``minRecordsPerTask`` records (10,000) is a Spark task
@@ -33,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
-from sparkiq.kafka.offsets import true_end_offsets, watermarks
+from sparkiq.kafka.offsets import ends_after, true_end_offsets
 from sparkiq.spark.options import (
     FORMAT_NAME,
     bootstrap_servers,
@@ -199,7 +202,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._probe: Consumer | None = None
         self._target: dict[TP, int] | None = None  # Trigger.AvailableNow: end fixed at start
         self._last_ends: dict[TP, int] | None = None
-        self._last_marks: dict[TP, tuple[int, int]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # The reader travels to the tasks inside the read function; its driver-side consumer
@@ -219,6 +221,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 10,
                 "auto.offset.reset": "latest",
+                # A probe needs a fetch response's watermark, not its records: a backlog
+                # costs it a few batches per partition, not megabytes.
+                "max.partition.fetch.bytes": 64 * 1024,
             }
             conf.update(dict(self.options.kafka_config))
             self._probe = Consumer(conf)
@@ -247,14 +252,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _true_ends(self, tps: Sequence[TP]) -> dict[TP, int]:
         consumer = self._consumer()
-        marks = watermarks(consumer, tps)
-        last = self._last_ends
-        if last is not None and marks == self._last_marks and all(tp in last for tp in tps):
-            # The reported watermark moves whenever a record batch is appended, so while it
-            # stands still the true end does too: skip the tail read (~0.2 s per call).
-            return {tp: last[tp] for tp in tps}
-        ends = true_end_offsets(self.options.bootstrap_servers, tps, consumer=consumer)
-        self._last_marks = marks
+        last = self._last_ends or {}
+        # From the ends found for the last micro-batch, one fetch each tells the end now
+        # (`ends_after`); a partition new to this reader, or one that does not answer, has
+        # its end read from the watermarks and its last batch (`true_end_offsets`).
+        ends = ends_after(consumer, {tp: last[tp] for tp in tps if tp in last})
+        rest = [tp for tp in tps if tp not in ends]
+        if rest:
+            ends.update(true_end_offsets(self.options.bootstrap_servers, rest, consumer=consumer))
         self._last_ends = ends
         return ends
 

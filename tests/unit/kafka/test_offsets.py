@@ -5,7 +5,7 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 
 from sparkiq.kafka.admin import create_topic, partition_count
-from sparkiq.kafka.offsets import true_end_offsets
+from sparkiq.kafka.offsets import probe_consumer, true_end_offsets, watermarks
 
 
 def test_true_end_counts_the_tail_of_the_last_batch(
@@ -30,3 +30,39 @@ def test_partition_count(bootstrap: str, unique_name: Callable[[str], str]) -> N
     topic = unique_name("count")
     create_topic(bootstrap, topic, 4)
     assert partition_count(bootstrap, topic) == 4
+
+
+def test_true_end_counts_a_large_last_batch_whole_through_a_reused_probe(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # The read stops at the first record of a partition's last batch and takes the rest of
+    # that batch from what librdkafka has already queued: a last batch of thousands of
+    # records must still be counted to its end, also by a probe consumer reused for a
+    # second read (as the Spark source reuses its own).
+    topic = unique_name("ends-large")
+    create_topic(bootstrap, topic, 2)
+    tps = [(topic, 0), (topic, 1)]
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 500, "batch.num.messages": 10_000}
+    )
+    probe = probe_consumer(bootstrap)
+    try:
+        total = 0
+        for round_, count in enumerate((3_000, 4_000), start=1):
+            for i in range(count):
+                producer.produce(topic, key=f"k{i}".encode(), value=b"v" * 50, partition=0)
+            producer.produce(topic, key=b"x", value=b"v", partition=1)
+            producer.flush()
+            total += count
+            marks = watermarks(probe, tps)
+            # The dev broker reports the last batch's base offset + 1: the tail is unreported.
+            assert marks[(topic, 0)][1] < total
+
+            # Alone, the partition is done at the first record of its last batch.
+            assert true_end_offsets(bootstrap, tps[:1], consumer=probe) == {(topic, 0): total}
+            ends = true_end_offsets(bootstrap, tps, consumer=probe)
+            assert ends == {(topic, 0): total, (topic, 1): round_}
+            # Given the watermarks just read, the same answer without asking for them again.
+            assert true_end_offsets(bootstrap, tps, consumer=probe, marks=marks) == ends
+    finally:
+        probe.close()

@@ -327,6 +327,33 @@ def test_latest_start_and_json_must_name_every_partition(
         initial(f'{{"{topic}": {{"0": 0}}}}')
 
 
+def test_latest_offsets_follow_each_partitions_tail_as_it_moves(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # The planner reads the tail only of partitions whose reported end moved; the others
+    # keep the true end found before, the unreported tail of their last batch included.
+    topic = unique_name("src-latest")
+    create_topic(bootstrap, topic, 3)
+    producer = _producer(bootstrap)
+    _produce_batches(producer, topic, 0, batches=2, size=6, tag="a")
+    _produce_batches(producer, topic, 2, batches=1, size=9, tag="b")
+    options = {"bootstrap.servers": bootstrap, "subscribe": topic}
+    reader = KafkaStreamReader(SourceOptions.parse(options))
+    try:
+        start = reader.initialOffset()
+        assert start == {topic: {"0": 12, "1": 0, "2": 9}}
+        _produce_batches(producer, topic, 1, batches=2, size=5, tag="c")
+        moved_one = reader.latestOffset(start, ReadAllAvailable())
+        _produce_batches(producer, topic, 2, batches=1, size=3, tag="d")
+        moved_other = reader.latestOffset(moved_one, ReadAllAvailable())
+        unmoved = reader.latestOffset(moved_other, ReadAllAvailable())
+    finally:
+        reader.stop()
+
+    assert moved_one == {topic: {"0": 12, "1": 10, "2": 9}}
+    assert moved_other == unmoved == {topic: {"0": 12, "1": 10, "2": 12}}
+
+
 def test_cap_offsets_shares_the_allowance_by_backlog() -> None:
     begin = {("t", 0): 0, ("t", 1): 10}
     end = {("t", 0): 90, ("t", 1): 20, ("t", 2): 5}  # backlogs 90, 10, 5 (partition 2 is new)
