@@ -124,13 +124,22 @@ class PipelineProcess:
 
     def caught_up(self, topics: Sequence[str]) -> bool:
         """True when every query has processed every record now in *topics*."""
+        return self.processed_through(self.end_offsets(topics))
+
+    def end_offsets(self, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+        """The true end of every partition of *topics* now (one probe of the broker)."""
         security = self.security
         tps = [
             (t, p)
             for t in topics
             for p in range(partition_count(self.bootstrap_servers, t, security=security))
         ]
-        ends = true_end_offsets(self.bootstrap_servers, tps, security=security)
+        return true_end_offsets(self.bootstrap_servers, tps, security=security)
+
+    def processed_through(self, ends: Mapping[tuple[str, int], int]) -> bool:
+        """True when every query has processed its source partitions up to *ends*
+        (`end_offsets`), read from the status file alone: a waiter that polls this asks
+        the broker nothing."""
         processed = self.processed()
         if not processed:
             return False

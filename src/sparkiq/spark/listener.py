@@ -14,11 +14,13 @@ three queries that cost a fifth of a core, on the thread that delivers every Spa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkiq.core.progress import DEAD_LETTERS_METRIC, QueryBatch
@@ -85,6 +87,7 @@ class ProgressTracker:
             "input_rows_per_s": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
             "processed_rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
             "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+            "finished_at": _finished_at(progress),
             "end_offsets": end_offset if isinstance(end_offset, dict) else None,
             "observed": observed,
         }
@@ -115,6 +118,7 @@ class ProgressTracker:
             "input_rows_per_s": latest.get("input_rows_per_s", 0.0),
             "processed_rows_per_s": latest.get("processed_rows_per_s", 0.0),
             "batch_ms": latest.get("batch_ms"),
+            "finished_at": latest.get("finished_at"),
             "end_offsets": latest.get("end_offsets"),
             "observed": latest.get("observed", {}),
             "observed_total": totals,
@@ -183,6 +187,17 @@ def _query_batch(
         dead_letters=_dead_letters(observed),
         dead_letters_total=dead_total,
     )
+
+
+def _finished_at(progress: Mapping[str, Any]) -> float:
+    """When the micro-batch of *progress* finished (epoch seconds): its start (the progress's
+    ``timestamp``) plus its whole duration; now if Spark did not give them."""
+    started = progress.get("timestamp")
+    took_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+    if isinstance(started, str) and isinstance(took_ms, int | float):
+        with contextlib.suppress(ValueError):
+            return datetime.fromisoformat(started).timestamp() + took_ms / 1000
+    return time.time()
 
 
 def _offsets(end_offset: Any) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -65,6 +67,25 @@ def test_each_batch_gives_its_figures_with_dead_letters_summed_since_start() -> 
     assert (one.batch_ms, one.state_rows) == (5, 11)
     assert figures[1].state_rows is None  # this batch reported no state operator
     assert figures[2].tables == ()  # the runner adds the tables a query writes
+
+
+def test_the_status_says_when_the_last_batch_finished() -> None:
+    # A batch's end is its start (Spark's progress timestamp) plus its whole duration, so a
+    # reader of the status file times work to the millisecond, not to the file's refresh.
+    tracker = ProgressTracker()
+    event = progress_event("tables", 3, {"pos": {"0": 10}})
+    event["timestamp"] = "2026-11-28T15:37:50.190Z"
+    event["durationMs"] = {"triggerExecution": 1810}
+    tracker.on_progress(event)
+    query = SimpleNamespace(name="tables", id="q-1", isActive=True)
+    status = tracker.status(query)  # type: ignore[arg-type]
+    started = datetime(2026, 11, 28, 15, 37, 50, 190_000, tzinfo=UTC).timestamp()
+    assert status["finished_at"] == pytest.approx(started + 1.81)
+    # Without Spark's figures, the time the progress arrived.
+    before = time.time()
+    tracker.on_progress(progress_event("bare", 1) | {"durationMs": {}})
+    bare = tracker.status(SimpleNamespace(name="bare", id="q-2", isActive=True))  # type: ignore[arg-type]
+    assert before <= bare["finished_at"] <= time.time()
 
 
 @pytest.mark.spark
