@@ -66,15 +66,34 @@ OUTSIDE_THE_TABLES: list[tuple[bytes, str | None]] = [
 ]
 
 
-def test_the_tables_schema_keeps_and_names_exactly_what_the_whole_one_does(spark: Any) -> None:
+def test_the_narrower_schemas_keep_and_name_exactly_what_the_whole_one_does(spark: Any) -> None:
     cases = REASONS + OUTSIDE_THE_TABLES
     values = [value for value, _ in cases]
-    whole = pos.parse_invoices(_raw(spark, values)).select("reason").collect()
-    part = pos.parse_invoices(_raw(spark, values), pos.TABLES_SCHEMA).select("reason").collect()
-    assert [row.reason for row in whole] == [reason for _, reason in cases]
-    assert [row.reason for row in part] == [reason for _, reason in cases]
+    expected = [reason for _, reason in cases]
+    for schema in (pos.INVOICE_SCHEMA, pos.ROUTES_SCHEMA, pos.TABLES_SCHEMA):
+        rows = pos.parse_invoices(_raw(spark, values), schema).select("reason").collect()
+        assert [row.reason for row in rows] == expected, schema
     kept = pos.valid_invoices(pos.parse_invoices(_raw(spark, values), pos.TABLES_SCHEMA))
     assert set(kept.columns) == {"value", *pos.REQUIRED}
+
+
+def test_the_routes_schema_gives_the_records_the_whole_one_gives(spark: Any) -> None:
+    # Good invoices (with and without a delivery address), broken ones, and ones broken only
+    # in fields the routes leave out or carry as they are.
+    values = [value for value, _ in REASONS + OUTSIDE_THE_TABLES]
+    address = {"AddressLine": "12 Market Road", "City": "Pune", "State": "Maharashtra"}
+    address |= {"PinCode": "411001", "ContactNumber": "9123456789"}
+    values.append(_with(DeliveryType="HOME-DELIVERY", DeliveryAddress=address))
+    values.append(_with(CashierID=[1], CGST="none", TaxableAmount={"x": 1}))
+
+    def records(schema: str) -> list[Any]:
+        parsed = pos.parse_invoices(_raw(spark, values), schema)
+        rows = pos._routes(parsed, pos.DEFAULT_TOPICS).collect()
+        return sorted(rows, key=lambda r: (r.topic, r.key or b"", r.value or b""))
+
+    whole = records(pos.INVOICE_SCHEMA)
+    assert len(whole) > len(values)  # line items, shipments and dead letters
+    assert records(pos.ROUTES_SCHEMA) == whole
 
 
 def test_each_invoice_is_parsed_once_when_the_valid_ones_are_kept(spark: Any) -> None:
