@@ -126,6 +126,14 @@ class BatchProducer:
             return
         self._produce(self.finish(produce_all_but_flagged(batch, self.sink)), batch)
 
+    def close(self) -> None:
+        """Flush and let go of the query's own producer (a later micro-batch makes a new
+        one): Spark keeps a ``foreachBatch`` function, and so this object, as long as its
+        session, after the query has stopped."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(10.0)
+
     def _produce(self, records: pa.Table, batch: DataFrame) -> None:
         """Produce *records*, collected on the driver (of *batch*), every one acknowledged."""
         if self.sink.format != FORMAT_NAME:

@@ -57,6 +57,7 @@ def _write_400(
         .start()
     )
     assert query.awaitTermination(180)
+    writer.close()  # its producer would outlive the test's broker (Spark keeps the writer)
     return writer
 
 
