@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
@@ -71,19 +71,16 @@ def true_end_offsets(
     timeout_s: float = 10.0,
     consumer: Consumer | None = None,
     security: KafkaSecurity = PLAINTEXT,
-    marks: Mapping[TopicPartitionKey, tuple[int, int]] | None = None,
 ) -> dict[TopicPartitionKey, int]:
     """The offset after the last record of each partition (0 for an empty one).
 
     *consumer* (already configured) is used if given; otherwise a probe consumer is made
-    with *security*. *marks*, the partitions' watermarks just read (`watermarks`), saves
-    asking for them again.
+    with *security*.
     """
     own = consumer is None
     c = consumer if consumer is not None else probe_consumer(bootstrap_servers, security)
     try:
-        if marks is None:
-            marks = watermarks(c, partitions, timeout_s)
+        marks = watermarks(c, partitions, timeout_s)
         ends: dict[TopicPartitionKey, int] = {}
         to_probe: dict[TopicPartitionKey, int] = {}
         for tp, (low, high) in marks.items():
@@ -108,14 +105,9 @@ def _read_tails(
     pending = set(starts)
     deadline = time.monotonic() + timeout_s
 
-    def take(msg: Message) -> None:
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        if topic is None or partition is None or offset is None:
-            return
-        tp = (topic, partition)
+    def take(tp: TopicPartitionKey, offset: int, err: CKafkaError | None) -> None:
         if tp not in starts:
             return  # left over from an earlier assignment of a reused consumer
-        err = msg.error()
         if err is not None:
             if err.code() == CKafkaError._PARTITION_EOF:
                 ends[tp] = max(ends[tp], offset)
@@ -126,19 +118,16 @@ def _read_tails(
             pending.discard(tp)  # the last batch has come: the rest of it is queued
 
     try:
-        while pending and time.monotonic() < deadline:
-            # consume() waits for the whole count or the timeout; one record per partition
-            # still unanswered is all it needs, so a small count returns at once.
-            for msg in consumer.consume(num_messages=len(pending), timeout=0.2):
-                take(msg)
+        for answer in _answers(consumer, pending, deadline):
+            take(*answer)
         # The rest of the last batches, already queued (see the module); a bounded number
         # of calls, since records produced meanwhile may keep arriving.
         for _ in range(_DRAIN_CALLS):
             queued = consumer.consume(num_messages=10_000, timeout=0)
             if not queued:
                 break
-            for msg in queued:
-                take(msg)
+            for answer in _decoded(queued):
+                take(*answer)
     finally:
         consumer.unassign()
 
@@ -162,24 +151,35 @@ def ends_after(
     pending = set(known)
     deadline = time.monotonic() + timeout_s
     try:
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=len(pending), timeout=0.2):
-                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-                if topic is None or partition is None or offset is None:
-                    continue
-                tp = (topic, partition)
-                err = msg.error()
-                if tp not in pending or (
-                    err is not None and err.code() != CKafkaError._PARTITION_EOF
-                ):
-                    continue  # answered already, or a transient error librdkafka retries
-                # A record or the end-of-partition event comes out of a fetch response
-                # handled after the watermark it carried was kept.
-                _low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), cached=True
-                )
-                ends[tp] = max(high, offset if err is not None else offset + 1)
-                pending.discard(tp)
+        for tp, offset, err in _answers(consumer, pending, deadline):
+            if tp not in pending or (err is not None and err.code() != CKafkaError._PARTITION_EOF):
+                continue  # answered already, or a transient error librdkafka retries
+            # A record or the end-of-partition event comes out of a fetch response handled
+            # after the watermark it carried was kept.
+            _low, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+            ends[tp] = max(high, offset if err is not None else offset + 1)
+            pending.discard(tp)
     finally:
         consumer.unassign()
     return ends
+
+
+def _answers(
+    consumer: Consumer, pending: set[TopicPartitionKey], deadline: float
+) -> Iterator[tuple[TopicPartitionKey, int, CKafkaError | None]]:
+    """What the assigned partitions answer, as (partition, offset, error), while some of
+    *pending* (which the caller shrinks) have not answered and *deadline* has not passed."""
+    while pending and time.monotonic() < deadline:
+        # consume() waits for the whole count or the timeout; one answer per partition still
+        # pending is all a caller needs, so a small count returns at once.
+        yield from _decoded(consumer.consume(num_messages=len(pending), timeout=0.2))
+
+
+def _decoded(
+    messages: Iterable[Message],
+) -> Iterator[tuple[TopicPartitionKey, int, CKafkaError | None]]:
+    """(partition, offset, error) of each of *messages* that names all three."""
+    for msg in messages:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is not None and partition is not None and offset is not None:
+            yield (topic, partition), offset, msg.error()

@@ -330,8 +330,9 @@ def test_latest_start_and_json_must_name_every_partition(
 def test_latest_offsets_follow_each_partitions_tail_as_it_moves(
     bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
-    # The planner reads the tail only of partitions whose reported end moved; the others
-    # keep the true end found before, the unreported tail of their last batch included.
+    # After its first micro-batch the planner asks each partition for its end with one
+    # fetch from the end it found before: a partition that moved gives its new end, the
+    # unreported tail of its last batch included, and the others keep theirs.
     topic = unique_name("src-latest")
     create_topic(bootstrap, topic, 3)
     producer = _producer(bootstrap)
