@@ -43,14 +43,29 @@ _PROBE_CONF: Mapping[str, str | int | float | bool] = {
 }
 
 
-def probe_consumer(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT) -> Consumer:
-    """A group-less consumer for offset look-ups."""
+# What a fetch answers per partition, for a probe that reads from an end it found before
+# (`ends_after`): the answer is needed only for the high watermark it carries, and the
+# records since that end (a micro-batch's writes: megabytes in a burst) would cost the dev
+# broker a copy each, then be thrown away.
+FOLLOWING_FETCH_BYTES = 64 * 1024
+
+
+def probe_consumer(
+    bootstrap_servers: str,
+    security: KafkaSecurity = PLAINTEXT,
+    *,
+    max_partition_fetch_bytes: int | None = None,
+) -> Consumer:
+    """A group-less consumer for offset look-ups (*max_partition_fetch_bytes*: librdkafka's
+    ``max.partition.fetch.bytes``, `FOLLOWING_FETCH_BYTES` for `ends_after`)."""
     conf: dict[str, str | int | float | bool] = {
         "bootstrap.servers": bootstrap_servers,
         "group.id": f"sparkiq-probe-{uuid.uuid4()}",
     }
     conf.update(security.librdkafka_conf())
     conf.update(_PROBE_CONF)
+    if max_partition_fetch_bytes is not None:
+        conf["max.partition.fetch.bytes"] = max_partition_fetch_bytes
     return Consumer(conf)
 
 

@@ -11,6 +11,7 @@ from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.progress import (
     ProgressFollower,
     ProgressPublisher,
+    _records_read,
     progress_topic,
     queries_topic,
 )
@@ -70,3 +71,48 @@ def test_query_figures_reach_a_follower_through_their_own_topic(bootstrap: str) 
     assert follower.progress.latest("routes") is None  # not a table's batch
     assert (publisher.published, publisher.published_queries) == (0, 3)
     assert follower.queries_topic == queries_topic(app) == f"{app}.queries"
+
+
+def _published(follower: ProgressFollower, table: str, batch: int) -> dict[int, int]:
+    deadline = time.monotonic() + 20
+    while True:
+        latest = follower.progress.latest(table)
+        if latest is not None and latest.batch == batch:
+            return latest.changelog
+        assert time.monotonic() < deadline, f"batch {batch} never reached the follower"
+        time.sleep(0.05)
+
+
+def test_each_batch_publishes_the_changelog_end_after_small_and_large_batches(
+    bootstrap: str,
+) -> None:
+    # After a batch of a few records the end is found from the one published before, after
+    # a large one (or the first) from the watermarks: exact either way.
+    app = f"progress{uuid.uuid4().hex[:8]}"
+    table = TableDef("rewards", f"{app}-rewards", 3)
+    create_topic(bootstrap, table.topic, table.partitions)
+    follower = ProgressFollower(bootstrap, app=app)
+    follower.start()
+    publisher = ProgressPublisher(bootstrap, {table.name: table}.get, app=app)
+    written = position = 0
+    try:
+        # (changelog records the batch wrote, source records it read)
+        for batch, (records, read) in enumerate([(40, 10), (7, 5), (0, 3), (25, 50_000), (9, 2)]):
+            if records:
+                produce_seeded(
+                    bootstrap, table.topic, keys=records, updates=1, deletes=0, seed=batch
+                )
+            written += records
+            position += read
+            publisher.batch_done("rewards", batch, {"pos": {"0": position}})
+            assert sum(_published(follower, "rewards", batch).values()) == written, batch
+    finally:
+        publisher.close()
+        follower.stop()
+
+
+def test_records_read_between_two_positions_of_the_sources() -> None:
+    assert _records_read(None, {("pos", 0): 5}) is None
+    assert _records_read({("pos", 0): 5, ("pos", 1): 7}, {("pos", 0): 9, ("pos", 1): 7}) == 4
+    # A partition new to the sources counts from 0; one that went back counts nothing.
+    assert _records_read({("pos", 0): 5}, {("pos", 0): 3, ("pos", 1): 6}) == 6
