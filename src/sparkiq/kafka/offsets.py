@@ -179,6 +179,23 @@ def ends_after(
     return ends
 
 
+def ends_from(
+    consumer: Consumer,
+    bootstrap_servers: str,
+    partitions: Iterable[TopicPartitionKey],
+    known: Mapping[TopicPartitionKey, int],
+) -> dict[TopicPartitionKey, int]:
+    """The true end of each of *partitions*: one fetch from its end in *known* where it has
+    one (`ends_after`), else, or when that gets no answer, the long way (`true_end_offsets`),
+    both through *consumer*."""
+    wanted = list(partitions)
+    ends = ends_after(consumer, {tp: known[tp] for tp in wanted if tp in known})
+    rest = [tp for tp in wanted if tp not in ends]
+    if rest:
+        ends.update(true_end_offsets(bootstrap_servers, rest, consumer=consumer))
+    return ends
+
+
 def _answers(
     consumer: Consumer, pending: set[TopicPartitionKey], deadline: float
 ) -> Iterator[tuple[TopicPartitionKey, int, CKafkaError | None]]:

@@ -36,9 +36,8 @@ from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.offsets import (
     FOLLOWING_FETCH_BYTES,
     TopicPartitionKey,
-    ends_after,
+    ends_from,
     probe_consumer,
-    true_end_offsets,
 )
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -111,7 +110,7 @@ class ProgressPublisher:
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         # The changelog ends published last, the start of the next measurement (`_publish`).
         self._ends: dict[TopicPartitionKey, int] = {}
-        self._read_to: dict[str, dict[tuple[str, int], int]] = {}  # per table: its sources
+        self._read_to: dict[str, dict[TopicPartitionKey, int]] = {}  # per table: its sources
         self._thread = threading.Thread(target=self._run, name="sparkiq-progress", daemon=True)
         self._thread.start()
         self.published = 0  # tables' batch records
@@ -182,12 +181,8 @@ class ProgressPublisher:
         # throw away.
         read = _records_read(self._read_to.get(name), sources)
         self._read_to[name] = dict(sources)
-        known = {tp: self._ends[tp] for tp in tps if tp in self._ends}
         following = read is not None and read <= FOLLOW_MAX_RECORDS
-        ends = ends_after(probe, known) if following else {}
-        rest = [tp for tp in tps if tp not in ends]
-        if rest:
-            ends.update(true_end_offsets(self._bootstrap, rest, consumer=probe))
+        ends = ends_from(probe, self._bootstrap, tps, self._ends if following else {})
         self._ends.update(ends)
         changelog = {p: ends[(table.topic, p)] for p in range(table.partitions)}
         record = BatchProgress(name, batch, sources, changelog, _now_ms())
@@ -214,7 +209,7 @@ FOLLOW_MAX_RECORDS = 1_000
 
 
 def _records_read(
-    before: Mapping[tuple[str, int], int] | None, after: Mapping[tuple[str, int], int]
+    before: Mapping[TopicPartitionKey, int] | None, after: Mapping[TopicPartitionKey, int]
 ) -> int | None:
     """Records between two positions of a query's sources (None: no position before)."""
     if before is None:

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
-from sparkiq.kafka.offsets import ends_after, true_end_offsets
+from sparkiq.kafka.offsets import FOLLOWING_FETCH_BYTES, ends_from
 from sparkiq.spark.options import (
     FORMAT_NAME,
     bootstrap_servers,
@@ -223,7 +223,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "auto.offset.reset": "latest",
                 # A probe needs a fetch response's watermark, not its records: a backlog
                 # costs it a few batches per partition, not megabytes.
-                "max.partition.fetch.bytes": 64 * 1024,
+                "max.partition.fetch.bytes": FOLLOWING_FETCH_BYTES,
             }
             conf.update(dict(self.options.kafka_config))
             self._probe = Consumer(conf)
@@ -256,10 +256,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # From the ends found for the last micro-batch, one fetch each tells the end now
         # (`ends_after`); a partition new to this reader, or one that does not answer, has
         # its end read from the watermarks and its last batch (`true_end_offsets`).
-        ends = ends_after(consumer, {tp: last[tp] for tp in tps if tp in last})
-        rest = [tp for tp in tps if tp not in ends]
-        if rest:
-            ends.update(true_end_offsets(self.options.bootstrap_servers, rest, consumer=consumer))
+        ends = ends_from(consumer, self.options.bootstrap_servers, tps, last)
         self._last_ends = ends
         return ends
 

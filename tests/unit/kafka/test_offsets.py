@@ -5,7 +5,13 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 
 from sparkiq.kafka.admin import create_topic, partition_count
-from sparkiq.kafka.offsets import probe_consumer, true_end_offsets, watermarks
+from sparkiq.kafka.offsets import (
+    FOLLOWING_FETCH_BYTES,
+    ends_from,
+    probe_consumer,
+    true_end_offsets,
+    watermarks,
+)
 
 
 def test_true_end_counts_the_tail_of_the_last_batch(
@@ -64,3 +70,28 @@ def test_true_end_counts_a_large_last_batch_whole_through_a_reused_probe(
             assert ends == {(topic, 0): total, (topic, 1): round_}
     finally:
         probe.close()
+
+
+def test_ends_from_known_ends_and_the_long_way_agree(
+    bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    # Partition 0 has an end known from before (one fetch from there), partition 1 none
+    # (watermarks and the last batch): both come out exact, through a probe with small
+    # fetches, as the publisher and the source's planner use it.
+    topic = unique_name("ends-from")
+    create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(12):
+        producer.produce(topic, key=f"k{i}".encode(), value=b"v" * 100, partition=i % 2)
+    producer.flush()
+    probe = probe_consumer(bootstrap, max_partition_fetch_bytes=FOLLOWING_FETCH_BYTES)
+    try:
+        known = ends_from(probe, bootstrap, [(topic, 0)], {})
+        assert known == {(topic, 0): 6}
+        for i in range(2_000):  # more than one small fetch's worth past the known end
+            producer.produce(topic, key=f"m{i}".encode(), value=b"v" * 100, partition=i % 2)
+        producer.flush()
+        ends = ends_from(probe, bootstrap, [(topic, 0), (topic, 1)], known)
+    finally:
+        probe.close()
+    assert ends == {(topic, 0): 1_006, (topic, 1): 1_006}
