@@ -34,10 +34,10 @@ Two layouts (``sparkiq run --param layout=...``), measured side by side in BENCH
   the fields it needs), but the tables' micro-batches stay short, and the tables are as
   fresh as they are.
 - ``one-query``: query ``pos`` writes everything, a micro-batch every `TABLES_TRIGGER`,
-  reading and parsing each invoice once (`shared_invoices`). Reading through the Python
-  source and parsing the JSON cost more than anything done with an invoice afterwards, so a
-  burst is digested faster; but every micro-batch is longer (a shuffle more, the routes'
-  work), and so are the tables' refreshes.
+  reading and parsing each invoice once (`shared_invoices`), but shuffling the parsed
+  invoices to share them between its branches. A burst is digested no faster than with
+  two queries (the shuffle costs what the second read and parse saved), and every
+  micro-batch is longer (a stage more, the routes' work), and so are the tables' refreshes.
 
 The parameters ``tables_trigger`` and ``routes_trigger`` override the triggers. In
 ``two-queries`` a routes micro-batch reads up to as many more invoices than the pipeline's
