@@ -1,12 +1,12 @@
 """Unavailability window and added latency through a kill -9, with and without standbys.
 
-For each standby setting (default: 1, then 0) in the same run: a dev broker, a table of N
-keys in 6 partitions, 3 `sparkiq serve` nodes (session timeout 3 s, heartbeats 0.5 s), and
-a steady load of single-key GETs through `sparkiq.Client` (threads cycling over all keys;
-the client asks a partition's standbys when its active fails and retries 503s within its
-15 s budget). After a quiet period one node is killed with SIGKILL; the load goes on until
-the survivors have settled (map without the dead node, every replica caught up) and 3 s
-more. Reports, per setting:
+For each standby setting (default: 1, then 0) in the same run: a broker (Apache Kafka;
+`--broker dev` for the dev broker), a table of N keys in 6 partitions, 3 `sparkiq serve`
+nodes (session timeout 3 s, heartbeats 0.5 s), and a steady load of single-key GETs through
+`sparkiq.Client` (threads cycling over all keys; the client asks a partition's standbys when
+its active fails and retries 503s within its 15 s budget). After a quiet period one node is
+killed with SIGKILL; the load goes on until the survivors have settled (map without the dead
+node, every replica caught up) and 3 s more. Reports, per setting:
 
 - requests before the kill: p50 / p99 latency (the baseline);
 - requests started after the kill: p50 / p99 / max latency, failures (budget exhausted);
@@ -35,7 +35,7 @@ from confluent_kafka import Producer
 from sparkiq.client import Client
 from sparkiq.core.errors import ClientError
 from sparkiq.core.tables import Format, TableDef
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
@@ -125,8 +125,10 @@ def _produce(bootstrap: str, topic: str, keys: int) -> dict[str, object]:
     return values
 
 
-def run_one(standbys: int, keys: int, threads: int, base: Path) -> dict[str, object]:
-    with DevBroker() as broker:
+def run_one(
+    standbys: int, keys: int, threads: int, base: Path, broker_kind: str
+) -> dict[str, object]:
+    with make_broker(broker_kind) as broker:
         bootstrap = broker.bootstrap_servers
         app = f"fo{standbys}"
         topic = f"{app}-accounts"
@@ -184,11 +186,17 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=3_000)
     parser.add_argument("--standbys", type=int, nargs="+", default=[1, 0])
     parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
+    )
     args = parser.parse_args()
     print(f"cores: {os.cpu_count()}, load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         for standbys in args.standbys:
-            result = run_one(standbys, args.keys, args.threads, Path(tmp))
+            result = run_one(standbys, args.keys, args.threads, Path(tmp), args.broker)
             print(json.dumps(result), flush=True)
 
 

@@ -1,6 +1,7 @@
 """Pipeline throughput and freshness, next to Spark's rate source running the same aggregation.
 
-One dev broker; everything measured in the same run:
+One broker (Apache Kafka, one KRaft node; `--broker dev` for the dev broker); everything
+measured in the same run:
 
 (a) reference: Spark's built-in `rate` source feeding the store-sales aggregation of the
     point-of-sale pipeline (sum and count per store and 1-minute window, update mode,
@@ -55,7 +56,7 @@ import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
@@ -502,6 +503,12 @@ def main() -> None:
         help="measure the rate source once, before the pipeline, not again after the bursts",
     )
     parser.add_argument("--no-freshness", action="store_true", help="measure throughput only")
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
+    )
     args = parser.parse_args()
     if args.bursts < 1:
         parser.error("--bursts must be at least 1")
@@ -511,7 +518,7 @@ def main() -> None:
     print(f"rate source reference: {ref}", flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="sparkiq-bench-pipeline-"))
-    with DevBroker(log_path=work / "broker.log") as broker:
+    with make_broker(args.broker, data_dir=work / "broker") as broker:
         bootstrap = broker.bootstrap_servers
         create_topic(bootstrap, SOURCE, 3)
         gen = InvoiceGenerator(7)

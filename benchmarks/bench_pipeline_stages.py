@@ -72,7 +72,7 @@ from typing import Any
 import orjson
 
 from bench_pipeline import rate_reference
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 from sparkiq.dev.pos.pipeline import DEFAULT_TOPICS
 from sparkiq.kafka.admin import create_topic
@@ -254,6 +254,12 @@ def main() -> None:
     parser.add_argument(
         "--conf", action="append", default=[], help="KEY=VALUE Spark setting of the stages"
     )
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
+    )
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
@@ -275,7 +281,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sparkiq-bench-stages-"))
     rates: dict[str, float] = {}
     small_ms: dict[str, float] = {}
-    with DevBroker(log_path=work / "broker.log") as broker:
+    with make_broker(args.broker, data_dir=work / "broker") as broker:
         bootstrap = broker.bootstrap_servers
         gen = InvoiceGenerator(7)
         now_ms = int(time.time() * 1000)

@@ -1,7 +1,7 @@
 """Restore throughput against its ceiling, a bare tuned consumer, measured in the same run.
 
-Starts a dev broker, produces N records (10-byte keys, 100-byte values, 6 partitions), then
-times, 3 runs each and alternating:
+Starts a broker (Apache Kafka; `--broker dev`: the dev broker), produces N records (10-byte
+keys, 100-byte values, 6 partitions), then times, 3 runs each and alternating:
 
 (a) a bare confluent-kafka consumer in assign() mode with the restorer's tuned settings,
     reading every record and doing nothing with it;
@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.tables import Format, TableDef
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
 from sparkiq.node.store import StoreRegistry
@@ -138,11 +138,17 @@ def main() -> None:
         default="murmur2",
         help="how the records are placed, and the table's partitioner",
     )
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
+    )
     args = parser.parse_args()
     n: int = args.records
     partitioner = Partitioner(args.partitioner)
 
-    with DevBroker() as broker:
+    with make_broker(args.broker) as broker:
         bootstrap = broker.bootstrap_servers
         topic = f"bench-restore-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic, PARTITIONS)

@@ -1,7 +1,7 @@
 """How one node's restore, lookups and memory scale with the size of a table (100k to 10M keys).
 
-For each size N asked for (`--keys`, default 100k and 1M), in turn and each with a fresh dev
-broker:
+For each size N asked for (`--keys`, default 100k and 1M), in turn and each with a fresh
+broker (Apache Kafka; `--broker dev`: the dev broker):
 
 1. produce N records to a keyed changelog (`--partitions`, default 6): 15-byte keys
    `user-0000000000`, ~100-byte JSON values, murmur2-placed as sparkiq's sinks place them,
@@ -57,8 +57,9 @@ import httpx
 from confluent_kafka import KafkaError, Message, Producer
 
 from sparkiq.core.tables import Format, TableDef
-from sparkiq.dev.broker import DevBroker, free_port
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import NodeProcess
+from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from sparkiq.kafka.offsets import true_end_offsets
@@ -459,7 +460,7 @@ def run_size(n: int, args: argparse.Namespace, work: Path) -> Result:
     started = time.perf_counter()
     base = work / f"n{n}"
     base.mkdir()
-    with DevBroker() as broker:
+    with make_broker(args.broker) as broker:
         assert broker.pid is not None
         bootstrap = broker.bootstrap_servers
         app = f"scale{n}"
@@ -659,6 +660,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--restore-timeout", type=float, default=3600, help="seconds to wait for the node"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
     )
     args = parser.parse_args()
     sizes = [int(x.replace("_", "")) for x in args.keys.split(",") if x]

@@ -2,9 +2,10 @@
 of a windowed table's stores over a long run, each against a reference measured in the run.
 
 Setup, without Spark (the catalog and the changelog topics are written directly, as
-tests/e2e/test_global.py and tests/e2e/test_retention.py do): a dev broker and two
-`sparkiq serve` nodes A and B (`sparkiq.dev.localcluster.LocalCluster`, no standbys), with
-these tables of `--partitions` partitions:
+tests/e2e/test_global.py and tests/e2e/test_retention.py do): a broker (Apache Kafka;
+`--broker dev`: the dev broker) and two `sparkiq serve` nodes A and B
+(`sparkiq.dev.localcluster.LocalCluster`, no standbys), with these tables of `--partitions`
+partitions:
 
 - `kv` (kind kv) and `global` (kind global): the same `--keys` records, bench_scale's
   (15-byte keys, ~95-byte JSON values, murmur2-placed). Each node holds half of `kv` and
@@ -73,7 +74,7 @@ from rocksdict import AccessType, BottommostLevelCompaction, CompactOptions, Opt
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.serde import window_wire_key
 from sparkiq.core.tables import TableDef, TableKind
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
@@ -515,7 +516,7 @@ def _load() -> str:
 def run(args: argparse.Namespace, work: Path) -> None:
     started = time.monotonic()
     window_ms, retention_ms = args.window_s * 1000, args.retention_s * 1000
-    with DevBroker() as broker:
+    with make_broker(args.broker) as broker:
         bootstrap = broker.bootstrap_servers
         app = f"kinds{int(time.time()) % 10**6}"
         tables = {t.name: t for t in table_defs(app, args.partitions, window_ms, retention_ms)}
@@ -678,6 +679,12 @@ def main() -> None:
     parser.add_argument("--retention-s", type=int, default=120, help="retention (data time)")
     parser.add_argument("--size-s", type=float, default=300, help="seconds of part 3's feed")
     parser.add_argument("--sample-every", type=float, default=30, help="seconds, part 3")
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
+    )
     args = parser.parse_args()
     if min(args.keys, args.duration, args.rounds, args.window_keys, args.partitions) < 1:
         parser.error("--keys, --duration, --rounds, --window-keys, --partitions must be >= 1")

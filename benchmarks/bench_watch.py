@@ -1,11 +1,12 @@
 """Watches on one node: change-to-watcher latency, lookups while watches are open, memory.
 
-One dev broker, one table (`--keys` keys `user-0000000000`.., `--partitions` partitions,
-JSON values), one `sparkiq serve` node without standbys: it holds every partition as
-active, so every watch is answered from its own replicas (nothing relayed). The watches are
-held by a second process of this script (`watchers`: uvloop, one raw HTTP/1.1 connection
-per watch, an asyncio protocol that stamps each read with the time it arrived), so neither
-the producer nor the load generator shares its interpreter; its CPU time is reported.
+One broker (Apache Kafka; `--broker dev`: the dev broker), one table (`--keys` keys
+`user-0000000000`.., `--partitions` partitions, JSON values), one `sparkiq serve` node
+without standbys: it holds every partition as active, so every watch is answered from its
+own replicas (nothing relayed). The watches are held by a second process of this script
+(`watchers`: uvloop, one raw HTTP/1.1 connection per watch, an asyncio protocol that stamps
+each read with the time it arrived), so neither the producer nor the load generator shares
+its interpreter; its CPU time is reported.
 
 Every value produced carries the time it was sent (`{"seq": n, "t": <monotonic send
 time>}`; CLOCK_MONOTONIC is system-wide, so the two processes' stamps compare). Three
@@ -75,8 +76,9 @@ from confluent_kafka import OFFSET_END, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from sparkiq.core.tables import Format, TableDef
-from sparkiq.dev.broker import DevBroker, free_port
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import NodeProcess
+from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from sparkiq.node.restore.fetch import BATCH_SIZE, new_consumer
@@ -840,7 +842,7 @@ def latency_line(lat: Latency) -> str:
 
 def run(args: argparse.Namespace, work: Path) -> tuple[Results, dict[str, Any]]:
     info: dict[str, Any] = {}
-    with DevBroker() as broker:
+    with make_broker(args.broker) as broker:
         assert broker.pid is not None
         bootstrap = broker.bootstrap_servers
         app = f"watch{int(time.time()) % 100_000}"
@@ -1092,6 +1094,12 @@ def main() -> None:
         dest="updates",
         action="store_false",
         help="lookups only with idle watches (no `+ updates` runs)",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=["kafka", "dev"],
+        default="kafka",
+        help="Apache Kafka (KRaft, one node; the default) or the dev broker",
     )
     args = parser.parse_args()
     if args.watches < 2 or args.keys <= max(args.watches, args.memory_watches):

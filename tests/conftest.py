@@ -1,4 +1,6 @@
-"""Shared fixtures: one dev broker per test session, unique topic names, free ports."""
+"""Shared fixtures: one Apache Kafka broker per test session (and the dev broker, started on
+first use, for the tests that also check compatibility with it), unique topic names, free
+ports."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sparkiq.dev.broker import DevBroker, free_port
+from sparkiq.dev.devbroker import DevBroker
+from sparkiq.dev.kafkabroker import KafkaBroker
+from sparkiq.dev.ports import free_port
 
 # The shared helpers (some are plugins of their test modules) get pytest's assert messages.
 pytest.register_assert_rewrite("tests.support")
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[DevBroker]:
-    with DevBroker() as b:
+def broker() -> Iterator[KafkaBroker]:
+    """Apache Kafka, one KRaft node, shared by the session: tests make topics of their own."""
+    with KafkaBroker() as b:
         yield b
         # Clients that only an exception's traceback still holds (a reference cycle through
         # its frames) go while the broker is up, not retrying against a stopped one.
@@ -24,8 +29,21 @@ def broker() -> Iterator[DevBroker]:
 
 
 @pytest.fixture(scope="session")
-def bootstrap(broker: DevBroker) -> str:
+def bootstrap(broker: KafkaBroker) -> str:
     return broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def dev_broker() -> Iterator[DevBroker]:
+    """The memory-only dev broker, for the compatibility tests (started on first use)."""
+    with DevBroker() as b:
+        yield b
+        gc.collect()
+
+
+@pytest.fixture(scope="session")
+def dev_bootstrap(dev_broker: DevBroker) -> str:
+    return dev_broker.bootstrap_servers
 
 
 @pytest.fixture
@@ -39,3 +57,12 @@ def unique_name() -> Callable[[str], str]:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+@pytest.fixture(scope="module", params=["kafka", "dev"])
+def any_bootstrap(request: pytest.FixtureRequest) -> str:
+    """Apache Kafka, then the dev broker: a module (or test) that asks for it runs on both
+    (the compatibility subset)."""
+    from tests.support.brokers import bootstrap_of
+
+    return bootstrap_of(request, request.param)

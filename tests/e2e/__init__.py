@@ -1,1 +1,2 @@
-"""End-to-end tests: real node processes, the dev broker and, for the pipeline, Spark."""
+"""End-to-end tests: real node processes, Apache Kafka (and the dev broker for a compatibility
+subset) and, for the pipeline, Spark."""

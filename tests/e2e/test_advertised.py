@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
 from sparkiq.dev.localcluster import NodeProcess, stop_nodes
+from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import Oracle, fetch_all, mismatches, produce_seeded

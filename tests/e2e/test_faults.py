@@ -1,6 +1,6 @@
 """End to end, storage faults: a node whose local state goes bad heals itself.
 
-Real `sparkiq serve` processes, the dev broker, a seeded table and its oracle. Each test
+Real `sparkiq serve` processes, Apache Kafka, a seeded table and its oracle. Each test
 damages a node's state dir as a failing disk or an operator would (SST files overwritten in
 the middle, a partition's directory deleted or filled with junk, the disk full), then reads
 every key from every node, round after round, and asserts:
@@ -29,8 +29,8 @@ import httpx
 import pytest
 
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
+from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from sparkiq.node.store import QUARANTINE_DIR

@@ -1,7 +1,7 @@
 """End to end, high availability: queries keep succeeding through kill -9, restart and scaling.
 
 Three `sparkiq serve` processes (one standby per partition, short session timeout, a small
-acceptable lag so a returning node has to warm up), the dev broker, a seeded table and its
+acceptable lag so a returning node has to warm up), Apache Kafka, a seeded table and its
 oracle. A steady query load (threads with their own `sparkiq.Client`, cycling over every
 key) checks each answer against the oracle while the cluster is disturbed; a request that
 the client's retries could not answer within its budget is a failure. The tests share the

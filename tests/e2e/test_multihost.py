@@ -1,6 +1,6 @@
 """End to end across hosts: three nodes on three (network-namespace) hosts, one setting.
 
-Each host is a network namespace with its own address on a bridge; the dev broker runs in
+Each host is a network namespace with its own address on a bridge; Apache Kafka runs in
 the root namespace on the bridge's address. Every node is started the same way, as on
 three servers: `--listen 0.0.0.0:8100` and no advertised URL, so each must advertise its
 own host's address. Every key from every node must equal the oracle (forwards cross
@@ -27,7 +27,7 @@ import pytest
 from sparkiq.client import Client
 from sparkiq.core.errors import ClientError
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.dev.localcluster import NodeProcess, stop_nodes
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
@@ -95,7 +95,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
         pytest.skip(reason)
     base: Path = tmp_path_factory.mktemp("multihost")
     with network(3) as net:
-        broker = DevBroker(host=net.gateway, log_path=base / "broker.log")
+        broker = KafkaBroker(host=net.gateway, data_dir=base / "kafka")
         nodes: list[NodeProcess] = []
         try:
             broker.start()

@@ -1,6 +1,6 @@
 """End to end: the metrics and logs of two `sparkiq serve` processes as requests come in.
 
-Two nodes with `--log-format json --access-log`, one table on the dev broker. `/metrics` of
+Two nodes with `--log-format json --access-log`, one table on Apache Kafka. `/metrics` of
 both nodes is scraped before and after requests and after more data is produced: the
 request counters, partition gauges and restore counters are there with their labels, and
 they move. A request sent to the node that does not own its key, with an `x-request-id`,

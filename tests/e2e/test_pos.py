@@ -36,6 +36,7 @@ from sparkiq.dev.pos.generator import (
 from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.runner import SCRATCH_DIR
+from tests.support.brokers import bootstrap_of
 from tests.support.e2e import read_topic
 
 # Spark starts three queries one by one on two cores: allow more than the suite's default.
@@ -124,13 +125,13 @@ class PosRun:
 
 @pytest.fixture
 def pos_run(
-    bootstrap: str,
     tmp_path: Path,
     unique_name: Callable[[str], str],
     request: pytest.FixtureRequest,
 ) -> Iterator[PosRun]:
-    layout = getattr(request, "param", pos_pipeline.LAYOUTS[0])
-    run = PosRun(bootstrap, tmp_path, unique_name("pos"), layout=layout)
+    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
+    layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
+    run = PosRun(bootstrap_of(request, kind), tmp_path, unique_name("pos"), layout=layout)
     try:
         yield run
     finally:
@@ -245,7 +246,13 @@ def counted_dead_letters(run: PosRun) -> int:
 # -- the tests ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pos_run", pos_pipeline.LAYOUTS, indirect=True)
+# Both layouts on Apache Kafka; one again on the dev broker, for compatibility.
+RUNS = [(layout, "kafka") for layout in pos_pipeline.LAYOUTS] + [(pos_pipeline.LAYOUTS[0], "dev")]
+
+
+@pytest.mark.parametrize(
+    "pos_run", RUNS, indirect=True, ids=[f"{layout}-{kind}" for layout, kind in RUNS]
+)
 def test_every_table_from_every_node_and_every_topic_equal_the_oracle(pos_run: PosRun) -> None:
     invoices = seeded_invoices(seed=21, count=3_000)
     malformed = pos_run.produce(invoices, malformed_every=100)

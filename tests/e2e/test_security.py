@@ -1,5 +1,5 @@
 """End to end: two `sparkiq serve` processes with TLS, bearer tokens, API keys and a cluster
-secret, over the dev broker; every key checked against the oracle through both nodes."""
+secret, over Apache Kafka; every key checked against the oracle through both nodes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""End to end: three `sparkiq serve` processes, the dev broker, a seeded table and its oracle.
+"""End to end: three `sparkiq serve` processes, a broker (Apache Kafka, then the dev broker),
+a seeded table and its oracle.
 
 The tests of this module share one cluster and run in file order: correctness first, then a
 node is killed and brought back, then a node restarts from its state dir.
@@ -24,6 +25,13 @@ from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import Oracle, fetch_all, mismatches, produce_seeded
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def bootstrap(any_bootstrap: str) -> str:
+    """This module runs on Apache Kafka and again on the dev broker (compatibility)."""
+    return any_bootstrap
+
 
 TABLE = "items"
 KEYS = 20_000
@@ -190,9 +198,25 @@ def test_killed_node_is_covered_within_30s_then_rejoins(
     _check_all_nodes([victim.url], oracle)
 
 
+def _caught_up_on_disk(url: str, partitions: set[int], timeout_s: float = 60.0) -> Any:
+    """The node's metadata once each of its replicas of *partitions* is at the changelog's
+    end (so its replay of the tail is over)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = httpx.get(f"{url}/v1/metadata", timeout=5).json()
+        mine = [r for r in meta["local"] if r["table"] == TABLE and r["partition"] in partitions]
+        if mine and all(r["lag"] == 0 and r["position"] > 0 for r in mine):
+            return meta
+        assert time.monotonic() < deadline, f"not caught up on {partitions}: {mine}"
+        time.sleep(0.2)
+
+
 def test_restart_replays_only_the_changelog_tail(
     cluster: LocalCluster, oracle: Oracle, bootstrap: str
 ) -> None:
+    # The node stops once the last test's moves are over: on the dev broker, a member that
+    # leaves while the group rebalances left the group stuck (no new generation in 90 s).
+    cluster.wait_moved(timeout_s=60)
     node = cluster.nodes[1]
     topic = _topic_of(node.url)
     node.stop()
@@ -219,12 +243,20 @@ def test_restart_replays_only_the_changelog_tail(
 
     node.start()
     cluster.wait_ready(timeout_s=90)
-    meta = httpx.get(f"{node.url}/v1/metadata").json()
+    meta = _caught_up_on_disk(node.url, on_disk_before)
     held = {r["partition"] for r in meta["local"] if r["table"] == TABLE}
-    assert held, "the restarted node holds no partition"
-    assert held <= on_disk_before, "expected the node to get back partitions it had on disk"
-    expected = sum(new_per_partition.get(p, 0) for p in held)
-    assert meta["restored_records"] == expected
+    back = held & on_disk_before
+    assert back, f"the restarted node got none of its partitions back ({held})"
+    # Its own partitions replay only what came while it was down. Balance may also give it a
+    # partition it never held (the assignor's choice, not guaranteed either way): that one
+    # restores whole, once at most.
+    tails = sum(new_per_partition.get(p, 0) for p in back)
+    whole = sum(oracle.produced_per_partition.get(p, 0) for p in held - on_disk_before)
+    assert tails <= meta["restored_records"] <= tails + whole, (
+        back,
+        held,
+        meta["restored_records"],
+    )
     # A replica that came back warming moves once caught up: a rebalance that lookups could
     # meet (answered 508 "retry shortly" while the nodes' maps differ). Once it is over,
     # every key is right from every node.

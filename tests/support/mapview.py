@@ -8,7 +8,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.testing import DictStore, StaticView
 

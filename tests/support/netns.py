@@ -2,7 +2,7 @@
 
 Each host is a network namespace with its own address on a bridge (a veth pair per host,
 its default route through the bridge's address). The root namespace keeps the bridge's
-address, so a process there (the dev broker, the test's clients) is reachable from every
+address, so a process there (the broker, the test's clients) is reachable from every
 host and reaches every host. Making them needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN);
 `unavailable()` says why they cannot be made here. Everything made is removed on exit, also
 after a failure half-way through, and every process still inside a host is killed by PID.

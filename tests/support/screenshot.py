@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.support.screenshot [--out docs]
 
-Starts `sparkiq demo` (dev broker, invoices, the Spark pipeline, three nodes; 2-3 minutes
+Starts `sparkiq demo` (Apache Kafka, invoices, the Spark pipeline, three nodes; 2-3 minutes
 to be ready on two cores), waits for the URL it prints for the console, opens three views
 in headless Chromium with the code the browser tests use (`tests.support.browser`), saves
 them as PNG files, and stops the demo (SIGINT, by its PID).

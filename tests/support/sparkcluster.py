@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 
 _REGISTERED = re.compile(r"Registering worker 127\.0\.0\.1:\d+ with (\d+) cores")
 

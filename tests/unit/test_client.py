@@ -19,7 +19,7 @@ from sparkiq.client import Client
 from sparkiq.core.errors import ClientError
 from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.tables import TableDef, TableKind
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import DictStore, put_value

@@ -13,7 +13,7 @@ import pytest
 from sparkiq.client import Client
 from sparkiq.core.errors import ClientError
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from tests.support.mapview import MapView, active_and_standby, port_of, wait_until
 

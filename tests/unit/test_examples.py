@@ -1,4 +1,4 @@
-"""The example pipeline files run as `sparkiq run` would run them, against the dev broker."""
+"""The example pipeline files run as `sparkiq run` would run them, against Apache Kafka."""
 
 from __future__ import annotations
 

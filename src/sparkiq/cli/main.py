@@ -1,5 +1,5 @@
 """The `sparkiq` command line: demo, run, serve, table, get, range, windows, watch, changes,
-cluster, broker.
+cluster, broker, install.
 
 Every option that names a place (bootstrap servers, app id, node URL) also reads an
 environment variable, shown in `--help`. The options of `serve` (and `--bootstrap-servers`,
@@ -52,15 +52,65 @@ main.add_command(windows)
 
 
 @main.command()
-@click.option("--port", type=int, default=0, help="Port on 127.0.0.1 (default: a free one).")
-def broker(port: int) -> None:
-    """Run the Kafka-compatible dev broker in the foreground until Ctrl-C."""
-    from sparkiq.dev.broker import DevBroker
+@click.option(
+    "--kind",
+    type=click.Choice(["kafka", "dev"]),
+    default="kafka",
+    show_default=True,
+    help="Apache Kafka (KRaft), or the memory-only dev broker (needs no Java).",
+)
+@click.option(
+    "--brokers",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="Apache Kafka nodes; with 3, topics get 3 replicas and min.insync.replicas=2.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep Apache Kafka's data (and ports) here for a later start (default: a "
+    "temporary directory, removed at the end).",
+)
+@click.option(
+    "--port", type=int, default=0, help="The dev broker's port on 127.0.0.1 (default: free)."
+)
+def broker(kind: str, brokers: str, data_dir: Path | None, port: int) -> None:
+    """Run a Kafka broker on 127.0.0.1 in the foreground until Ctrl-C.
 
-    with DevBroker(port=port) as b:
-        click.echo(f"dev broker on {b.bootstrap_servers} (pid {b.pid}); Ctrl-C stops it")
-        click.echo(f"  export SPARKIQ_BOOTSTRAP_SERVERS={b.bootstrap_servers}")
-        wait_for_signal()
+    Apache Kafka's jars come from Maven Central the first time (`sparkiq install kafka`).
+    """
+    from sparkiq.dev.broker import make_broker
+
+    def run() -> None:
+        with make_broker(
+            kind,
+            brokers=int(brokers),
+            data_dir=data_dir,
+            port=port,
+            progress=lambda line: click.echo(f"sparkiq: {line}", err=True),
+        ) as b:
+            click.echo(f"{b.describe()}; Ctrl-C stops it")
+            click.echo(f"  export SPARKIQ_BOOTSTRAP_SERVERS={b.bootstrap_servers}")
+            wait_for_signal()
+
+    run_command(run)
+
+
+@main.command()
+@click.argument("what", type=click.Choice(["kafka"]), default="kafka")
+def install(what: str) -> None:
+    """Install Java libraries sparkiq runs, once: `kafka` is Apache Kafka's jars, resolved
+    from Maven Central with mvn (or PySpark's Ivy where mvn is missing)."""
+    from sparkiq.dev.jars import JAR_SETS, install_jars
+
+    def run() -> None:
+        jar_set = JAR_SETS[what]
+        jars = install_jars(jar_set, progress=lambda line: click.echo(f"sparkiq: {line}"))
+        click.echo(f"sparkiq: {jar_set.title}: {len(jars)} jars in {jars[0].parent}")
+
+    run_command(run)
 
 
 # Spellings other than `--field-name` / `--field-name/--no-field-name`, as deployed.
@@ -282,15 +332,33 @@ def cluster(
     show_default=True,
     help="Invoices written before the pipeline starts.",
 )
+@click.option(
+    "--broker",
+    "broker_kind",
+    type=click.Choice(["kafka", "dev"]),
+    default="kafka",
+    show_default=True,
+    help="Apache Kafka (KRaft, one node), or the memory-only dev broker.",
+)
 def demo(
-    nodes: int, duration: float | None, base_dir: Path | None, rate: float, backlog: int
+    nodes: int,
+    duration: float | None,
+    base_dir: Path | None,
+    rate: float,
+    backlog: int,
+    broker_kind: str,
 ) -> None:
-    """Run the demo: dev broker, invoice generator, Spark pipeline, serving nodes."""
+    """Run the demo: a Kafka broker, invoice generator, Spark pipeline, serving nodes."""
     from sparkiq.dev.demo import run_demo
 
     run_command(
         lambda: run_demo(
-            nodes=nodes, duration_s=duration, base_dir=base_dir, rate_per_s=rate, backlog=backlog
+            nodes=nodes,
+            duration_s=duration,
+            base_dir=base_dir,
+            rate_per_s=rate,
+            backlog=backlog,
+            broker=broker_kind,
         )
     )
 

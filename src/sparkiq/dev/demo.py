@@ -1,6 +1,7 @@
 """`sparkiq demo`: the whole product on one machine, from invoices to HTTP answers.
 
-It starts the dev broker, a generator writing point-of-sale invoices to `pos`, the Spark
+It starts a Kafka broker (Apache Kafka in KRaft mode; the dev broker with `--broker dev`), a
+generator writing point-of-sale invoices to `pos`, the Spark
 pipeline of `sparkiq/dev/pos/pipeline.py` (`sparkiq run`, local mode) and serving nodes; shows
 progress while the pipeline starts and catches up with the first invoices; then prints the
 console's URL (`/ui/` on any node), the node URLs and example queries that work (curl and
@@ -28,7 +29,7 @@ import httpx
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.core.errors import SparkiqError
-from sparkiq.dev.broker import DevBroker
+from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
@@ -109,14 +110,16 @@ def run_demo(
     base_dir: Path | None = None,
     rate_per_s: float = 50.0,
     backlog: int = 2_000,
+    broker: str = "kafka",
 ) -> None:
     own_dir = base_dir is None
     work = Path(tempfile.mkdtemp(prefix="sparkiq-demo-")) if base_dir is None else base_dir
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with _stop_on_sigterm(), DevBroker(log_path=work / "broker.log") as broker:
-        bootstrap = broker.bootstrap_servers
-        _step(f"dev broker on {bootstrap} (pid {broker.pid}); logs and state in {work}")
+    kafka = make_broker(broker, data_dir=work / "broker", progress=_step)
+    with _stop_on_sigterm(), kafka:
+        bootstrap = kafka.bootstrap_servers
+        _step(f"{kafka.describe()}; logs and state in {work}")
         create_topic(bootstrap, SOURCE, SOURCE_PARTITIONS)
         feed = InvoiceFeed(bootstrap, rate_per_s=rate_per_s, backlog=backlog)
         pipeline = PipelineProcess(
@@ -145,7 +148,7 @@ def run_demo(
         except KeyboardInterrupt:
             click.echo()
         finally:
-            _step("stopping the generator, the pipeline, the nodes and the dev broker")
+            _step("stopping the generator, the pipeline, the nodes and the broker")
             feed.stop()
             pipeline.stop()
             cluster.stop()

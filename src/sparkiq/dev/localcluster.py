@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from sparkiq.core.errors import SparkiqError
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.dev.processes import signal_process, spawn_sparkiq, stop_process
 from sparkiq.http.tls import client_context
 

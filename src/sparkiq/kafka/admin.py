@@ -68,14 +68,24 @@ def create_topic(
     exist_ok: bool = True,
     timeout_s: float = 10.0,
     security: KafkaSecurity = PLAINTEXT,
+    replication_factor: int | None = None,
 ) -> None:
-    """Create *name* with *partitions* partitions (replication 1 on the dev broker)."""
+    """Create *name* with *partitions* partitions and *replication_factor* replicas (None:
+    the brokers' `default.replication.factor`, and their `min.insync.replicas` unless
+    *config* says otherwise)."""
     if partitions < 1:
         raise KafkaError(f"topic {name!r} needs at least one partition, got {partitions}")
     errors = ClientErrors()
     admin = admin_client(bootstrap_servers, security=security, errors=errors)
     futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config=dict(config or {}))],
+        [
+            NewTopic(
+                name,
+                partitions,
+                -1 if replication_factor is None else replication_factor,
+                config=dict(config or {}),
+            )
+        ],
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )

@@ -319,7 +319,9 @@ def read_catalog_into(
     consumer = _catalog_consumer(bootstrap, fetch_wait_ms=_READ_FETCH_WAIT_MS, security=security)
     try:
         tp = (topic, _PARTITION)
-        end = true_end_offsets(bootstrap, [tp], timeout_s=timeout_s, consumer=consumer)[tp]
+        end = true_end_offsets(
+            bootstrap, [tp], timeout_s=timeout_s, consumer=consumer, security=security
+        )[tp]
         consumer.assign([CTopicPartition(topic, _PARTITION, OFFSET_BEGINNING)])
         _read_to(consumer, topic, tables, end, timeout_s)
         return end

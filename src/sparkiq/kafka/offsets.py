@@ -1,5 +1,9 @@
 """End offsets that can be trusted, also on the dev broker.
 
+On a cluster whose ListOffsets answers are true ends (Apache Kafka; learned once per cluster
+by `sparkiq.kafka.endreports`) an end is one ListOffsets, and nothing below runs. The rest of
+this module is for a broker that answers otherwise, the dev broker:
+
 The dev broker reports a partition's high watermark as the base offset of the last record
 batch + 1, not the last offset + 1 (../shared/BASELINES.md). A reader that stops at the
 reported end misses the tail of the last batch. `true_end_offsets` reads from the reported
@@ -30,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
+from sparkiq.kafka.endreports import lists_true_ends
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 TopicPartitionKey = tuple[str, int]
@@ -90,12 +95,14 @@ def true_end_offsets(
     """The offset after the last record of each partition (0 for an empty one).
 
     *consumer* (already configured) is used if given; otherwise a probe consumer is made
-    with *security*.
+    with *security*, the settings the cluster is reached with either way.
     """
     own = consumer is None
     c = consumer if consumer is not None else probe_consumer(bootstrap_servers, security)
     try:
         marks = watermarks(c, partitions, timeout_s)
+        if lists_true_ends(bootstrap_servers, marks, security.librdkafka_conf()):
+            return {tp: high for tp, (_low, high) in marks.items()}
         ends: dict[TopicPartitionKey, int] = {}
         to_probe: dict[TopicPartitionKey, int] = {}
         for tp, (low, high) in marks.items():
@@ -184,15 +191,20 @@ def ends_from(
     bootstrap_servers: str,
     partitions: Iterable[TopicPartitionKey],
     known: Mapping[TopicPartitionKey, int],
+    *,
+    security: KafkaSecurity,
 ) -> dict[TopicPartitionKey, int]:
-    """The true end of each of *partitions*: one fetch from its end in *known* where it has
-    one (`ends_after`), else, or when that gets no answer, the long way (`true_end_offsets`),
-    both through *consumer*."""
+    """The true end of each of *partitions*, through *consumer* (made with *security*): on a
+    cluster whose ListOffsets gives true ends, one ListOffsets; else one fetch from its end
+    in *known* where it has one (`ends_after`), else, or when that gets no answer, the long
+    way (`true_end_offsets`)."""
     wanted = list(partitions)
+    if lists_true_ends(bootstrap_servers, wanted, security.librdkafka_conf()):
+        return true_end_offsets(bootstrap_servers, wanted, consumer=consumer, security=security)
     ends = ends_after(consumer, {tp: known[tp] for tp in wanted if tp in known})
     rest = [tp for tp in wanted if tp not in ends]
     if rest:
-        ends.update(true_end_offsets(bootstrap_servers, rest, consumer=consumer))
+        ends.update(true_end_offsets(bootstrap_servers, rest, consumer=consumer, security=security))
     return ends
 
 

@@ -167,7 +167,8 @@ class ProgressPublisher:
             log.warning("progress: table %r is not in the catalog; batch %d skipped", name, batch)
             return
         tps = [(table.topic, p) for p in range(table.partitions)]
-        # After a micro-batch of a few records, one fetch per partition from the ends
+        # On Apache Kafka the ends are one ListOffsets (`ends_from`). On the dev broker:
+        # after a micro-batch of a few records, one fetch per partition from the ends
         # published last tells the end now (`ends_after`). Otherwise (the first time, a large
         # batch, a partition that does not answer) the end is read from the watermarks and
         # the last batch (`true_end_offsets`). Both are exact; the choice is the dev broker's
@@ -182,7 +183,13 @@ class ProgressPublisher:
         read = _records_read(self._read_to.get(name), sources)
         self._read_to[name] = dict(sources)
         following = read is not None and read <= FOLLOW_MAX_RECORDS
-        ends = ends_from(probe, self._bootstrap, tps, self._ends if following else {})
+        ends = ends_from(
+            probe,
+            self._bootstrap,
+            tps,
+            self._ends if following else {},
+            security=self._security,
+        )
         self._ends.update(ends)
         changelog = {p: ends[(table.topic, p)] for p in range(table.partitions)}
         record = BatchProgress(name, batch, sources, changelog, _now_ms())

@@ -63,7 +63,7 @@ def sample_keys(
     try:
         # Half the time for finding the ends: their look-ups could otherwise take all of it
         # (watermarks, then the tail reads, each bounded by the timeout given).
-        ends = _true_ends(bootstrap, topic, num_partitions, consumer, timeout_s / 2)
+        ends = _true_ends(bootstrap, topic, num_partitions, consumer, timeout_s / 2, security)
         reader = _Reader(topic, ends, per_partition)
         if reader.pending:
             consumer.assign([TopicPartition(topic, p, 0) for p in sorted(reader.pending)])
@@ -92,12 +92,19 @@ def _sample_consumer(bootstrap: str, security: KafkaSecurity) -> Consumer:
 
 
 def _true_ends(
-    bootstrap: str, topic: str, num_partitions: int, consumer: Consumer, timeout_s: float
+    bootstrap: str,
+    topic: str,
+    num_partitions: int,
+    consumer: Consumer,
+    timeout_s: float,
+    security: KafkaSecurity,
 ) -> dict[int, int]:
     """True end offset per partition of *topic*."""
     tps = [(topic, p) for p in range(num_partitions)]
     try:
-        ends = true_end_offsets(bootstrap, tps, timeout_s=timeout_s, consumer=consumer)
+        ends = true_end_offsets(
+            bootstrap, tps, timeout_s=timeout_s, consumer=consumer, security=security
+        )
     except KafkaException as exc:
         raise KafkaError(
             f"cannot read the end offsets of topic {topic!r} from {bootstrap}: {exc}; check "

@@ -30,6 +30,7 @@ __all__ = [
     "ALLOWED_KEYS",
     "PLAINTEXT",
     "KafkaSecurity",
+    "is_security_setting",
 ]
 
 ALLOWED_KEYS: Final = (
@@ -73,6 +74,11 @@ def _is_secret(key: str) -> bool:
 
 def _is_allowed(key: str) -> bool:
     return key in _EXACT or key.startswith(_PREFIXES)
+
+
+def is_security_setting(key: str) -> bool:
+    """Whether *key* is one of the librdkafka settings `KafkaSecurity` holds."""
+    return _is_allowed(key)
 
 
 @dataclass(frozen=True, repr=False)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -29,6 +29,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
+from aiokafka.errors import InvalidSessionTimeoutError
 from aiokafka.errors import KafkaError as AIOKafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
@@ -250,19 +251,33 @@ class GroupMember:
         self._first_map.clear()
         # Set before start(): the first assignment may run during start() on the leader.
         self._consumer = consumer
+        said = _LoggedErrors()
         try:
-            await consumer.start()
+            with said.listening():
+                await consumer.start()
             timeout_s = max(30.0, 3 * self._session_timeout_ms / 1000)
             await asyncio.wait_for(self._first_map.wait(), timeout_s)
         except Exception as exc:
-            # Not only AIOKafkaError: aiokafka lets a SCRAM login the broker refuses with an
-            # error reply (``e=...`` instead of ``v=...``) out as KeyError('v').
             self._consumer = None
             with contextlib.suppress(Exception):
                 await consumer.stop()
             reason = repr(exc)
-            if isinstance(exc, KeyError) and (self._security.mechanism or "").startswith("SCRAM"):
-                reason = f"the broker refused the {self._security.mechanism} login"
+            mechanism = self._security.mechanism or ""
+            # A login the broker refuses: Apache Kafka answers with an authentication error,
+            # which aiokafka only logs before it gives up bootstrapping; the dev broker with
+            # a SCRAM error reply (``e=...`` instead of ``v=...``), which aiokafka lets out as
+            # KeyError('v').
+            if said.sasl_refusal is not None:
+                reason = f"the broker refused the {mechanism} login: {said.sasl_refusal}"
+            elif isinstance(exc, KeyError) and mechanism.startswith("SCRAM"):
+                reason = f"the broker refused the {mechanism} login"
+            elif isinstance(exc, InvalidSessionTimeoutError):
+                raise KafkaError(
+                    f"the brokers of {self._bootstrap} refuse a session timeout of "
+                    f"{self._session_timeout_ms} ms: it must lie within their "
+                    "group.min.session.timeout.ms and group.max.session.timeout.ms (6 s to "
+                    "30 min by default); pass --session-timeout-ms within them"
+                ) from exc
             raise KafkaError(
                 f"cannot join consumer group {self._group_id!r} on {self._bootstrap} "
                 f"({reason}, connecting with {self._security.summary}); check that the "
@@ -309,6 +324,28 @@ class GroupMember:
         self.cluster_map = cluster_map
         self._first_map.set()
         self._on_assignment(cluster_map)
+
+
+class _LoggedErrors(logging.Handler):
+    """The errors aiokafka logs, not raises, while a consumer starts (a refused login)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.sasl_refusal: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "SaslAuthenticationFailed" in text or "Authentication failed" in text:
+            self.sasl_refusal = text.rsplit("]", 1)[-1].strip() or text
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        logger = logging.getLogger("aiokafka")
+        logger.addHandler(self)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
 
 
 async def _leave_group_at_generation_zero(consumer: AIOKafkaConsumer, group_id: str) -> None:

@@ -3,11 +3,12 @@
 Offsets are JSON ``{topic: {"partition": next_offset}}``, the same shape as Spark's own Kafka
 source; Spark keeps them in the query's checkpoint, so a restarted query resumes exactly where
 it stopped. The planning side (`KafkaStreamReader` on the driver) asks for the *true* end of
-every partition (`sparkiq.kafka.offsets`): the dev broker under-reports the high watermark in
-ListOffsets, and a source that trusted it would leave the tail of a finished input unread.
-After its first micro-batch the reader asks with one fetch per partition from the end it
-found last (`ends_after`), no ListOffsets: on the dev broker each ListOffsets and each fetch
-below the end lists every record batch of the partition, and this is asked every trigger.
+every partition (`sparkiq.kafka.offsets.ends_from`): on Apache Kafka one ListOffsets. The dev
+broker under-reports the high watermark in ListOffsets, and a source that trusted it would
+leave the tail of a finished input unread; there, after its first micro-batch, the reader
+asks with one fetch per partition from the end it found last (`ends_after`), no ListOffsets:
+on the dev broker each ListOffsets and each fetch below the end lists every record batch of
+the partition, and this is asked every trigger.
 
 Each micro-batch reads, per Kafka partition with new records, the offset range
 ``[start, end)``. A range of at least ``minRecordsPerTask`` records (10,000) is a Spark task
@@ -37,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
 from sparkiq.kafka.offsets import FOLLOWING_FETCH_BYTES, ends_from
+from sparkiq.kafka.security import KafkaSecurity, is_security_setting
 from sparkiq.spark.options import (
     FORMAT_NAME,
     bootstrap_servers,
@@ -229,6 +231,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._probe = Consumer(conf)
         return self._probe
 
+    def _security(self) -> KafkaSecurity:
+        """The security settings among the `kafka.*` options."""
+        return KafkaSecurity.from_mapping(
+            {k: v for k, v in self.options.kafka_config if is_security_setting(k)}
+        )
+
     def _partitions_now(self) -> list[TP]:
         """Every partition of the subscribed topics, as the cluster has them now."""
         consumer = self._consumer()
@@ -256,7 +264,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # From the ends found for the last micro-batch, one fetch each tells the end now
         # (`ends_after`); a partition new to this reader, or one that does not answer, has
         # its end read from the watermarks and its last batch (`true_end_offsets`).
-        ends = ends_from(consumer, self.options.bootstrap_servers, tps, last)
+        ends = ends_from(
+            consumer, self.options.bootstrap_servers, tps, last, security=self._security()
+        )
         self._last_ends = ends
         return ends
 

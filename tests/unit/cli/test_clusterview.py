@@ -8,7 +8,7 @@ import httpx
 import orjson
 
 from sparkiq.cli.clusterview import render_cluster, watch_cluster
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 
 
 def test_watch_renders_each_round_and_goes_on_when_no_node_answers() -> None:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from sparkiq.cli.main import main
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.testing import DictStore
 from tests.support.mapview import MapView

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sparkiq.cli.main import main
 from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.core.timespec import now_ms
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.testing import DictStore, put_value
 from tests.support.mapview import MapView

@@ -1,4 +1,4 @@
-"""`sparkiq table create` against the dev broker: the partitioner it picks, and bad input."""
+"""`sparkiq table create` against Apache Kafka: the partitioner it picks, and bad input."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.progress import BatchProgress
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.testing import DictStore, StaticView, put_value
 

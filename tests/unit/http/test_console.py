@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from sparkiq.auth import AuthConfig
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer
 from sparkiq.http.console import Console, is_console_path
 from sparkiq.http.testing import StaticView

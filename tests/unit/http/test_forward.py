@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import StaticView, put_value

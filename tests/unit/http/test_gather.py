@@ -16,7 +16,7 @@ import pytest
 from sparkiq.core.partitioner import Partitioner, partition_for
 from sparkiq.core.queries import Failure
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.gather import decode_wire_keys, encode_wire_keys
 from sparkiq.http.testing import StaticView, put_value

@@ -18,7 +18,7 @@ import pytest
 from sparkiq.auth import AuthConfig, Identity
 from sparkiq.auth.cluster import ClusterCredential
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.guard import FORWARD_HEADERS, OPS_PATHS, Gate
 from sparkiq.http.metrics import HttpMetrics

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpApi, HttpSettings
 from sparkiq.http.app import NodeApp
 from sparkiq.http.asgi import AsgiApp

@@ -17,7 +17,7 @@ import pytest
 
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.tables import Format, TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import AsgiApp, HttpApi, HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import StaticView, put_value

@@ -18,7 +18,7 @@ import pytest
 from sparkiq.auth import EVERYONE
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.api import HttpApi
 from sparkiq.http.interface import Stream

@@ -23,7 +23,7 @@ import pytest
 
 from sparkiq.core.errors import ConfigError
 from sparkiq.core.tables import TableDef
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpApi, HttpSettings
 from sparkiq.http.app import NodeApp
 from sparkiq.http.lanes import not_plain, plain_get

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http.forward import Unreachable
 from sparkiq.http.pool import PoolForwarder
 from sparkiq.http.responses import Response

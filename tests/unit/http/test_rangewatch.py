@@ -22,7 +22,7 @@ import pytest
 from sparkiq.auth import EVERYONE
 from sparkiq.core import positions
 from sparkiq.core.tables import TableDef, TableKind
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.api import HttpApi
 from sparkiq.http.interface import Stream

@@ -14,7 +14,7 @@ import pytest
 
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.tables import TableDef, TableKind
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
 from sparkiq.http.responses import Outcome
 from sparkiq.http.testing import DictStore, StaticView, put_value

@@ -1,4 +1,4 @@
-"""The catalog topic against the dev broker: register, drop, read to the true end, follow."""
+"""The catalog topic against Apache Kafka: register, drop, read to the true end, follow."""
 
 from __future__ import annotations
 
@@ -86,23 +86,42 @@ def test_missing_topic_is_refused(bootstrap: str, app: str, unique_name: Namer) 
 
 
 def test_invalid_records_are_skipped_with_a_warning(
-    bootstrap: str, app: str, topic: str, caplog: pytest.LogCaptureFixture
+    any_bootstrap: str, app: str, unique_name: Namer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    bootstrap = any_bootstrap
+    topic = unique_name("cat-src")
+    create_topic(bootstrap, topic, 3)
     good = _table("good", topic)
     register_table(bootstrap, good, app=app)
+    delivered: list[tuple[bytes | None, str | None]] = []
     producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(catalog_topic(app), key=b"junk", value=b"{not json")
-    producer.produce(catalog_topic(app), key=b"other", value=_table("x", topic).to_json())
-    producer.produce(catalog_topic(app), key=None, value=good.to_json())
+
+    def report(err: object, msg: object) -> None:
+        delivered.append((msg.key(), None if err is None else str(err)))  # type: ignore[attr-defined]
+
+    producer.produce(catalog_topic(app), key=b"junk", value=b"{not json", on_delivery=report)
     assert producer.flush(10) == 0
+    producer.produce(
+        catalog_topic(app), key=b"other", value=_table("x", topic).to_json(), on_delivery=report
+    )
+    assert producer.flush(10) == 0
+    # Apache Kafka refuses a keyless record on a compacted topic; the dev broker takes it.
+    producer.produce(catalog_topic(app), key=None, value=good.to_json(), on_delivery=report)
+    assert producer.flush(10) == 0
+    assert delivered[:2] == [(b"junk", None), (b"other", None)]
     with caplog.at_level(logging.WARNING, logger="sparkiq.kafka.catalog"):
         assert read_catalog(bootstrap, app=app) == {"good": good}
     assert "not a valid table definition" in caplog.text
     assert "keyed 'other' but defines table 'x'" in caplog.text
 
 
-def test_read_sees_every_record_of_the_last_batch(bootstrap: str, app: str, topic: str) -> None:
+def test_read_sees_every_record_of_the_last_batch(
+    any_bootstrap: str, app: str, unique_name: Namer
+) -> None:
     """The dev broker under-reports the end offset; the tail of a batch must still be read."""
+    bootstrap = any_bootstrap
+    topic = unique_name("cat-tail")
+    create_topic(bootstrap, topic, 3)
     tables = [_table(f"t{i}", topic) for i in range(10)]
     register_table(bootstrap, tables[0], app=app)  # creates the topic
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})

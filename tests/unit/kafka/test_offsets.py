@@ -1,8 +1,12 @@
+"""True end offsets, on Apache Kafka (one ListOffsets) and on the dev broker (whose reported
+end stops at its last batch's first record, so the tail is read)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from sparkiq.kafka.admin import create_topic, partition_count
 from sparkiq.kafka.offsets import (
@@ -12,11 +16,28 @@ from sparkiq.kafka.offsets import (
     true_end_offsets,
     watermarks,
 )
+from sparkiq.kafka.security import PLAINTEXT
+
+
+class _Recording:
+    """A real consumer that notes which partitions it was told to read."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.assigned: list[Any] = []
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned.extend(partitions)
+        self.consumer.assign(partitions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
 
 
 def test_true_end_counts_the_tail_of_the_last_batch(
-    bootstrap: str, unique_name: Callable[[str], str]
+    any_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
+    bootstrap = any_bootstrap
     topic = unique_name("ends")
     create_topic(bootstrap, topic, 3)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -38,9 +59,31 @@ def test_partition_count(bootstrap: str, unique_name: Callable[[str], str]) -> N
     assert partition_count(bootstrap, topic) == 4
 
 
-def test_true_end_counts_a_large_last_batch_whole_through_a_reused_probe(
+def test_on_apache_kafka_an_end_is_one_list_offsets_and_no_read(
     bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
+    topic = unique_name("ends-kafka")
+    create_topic(bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200})
+    for i in range(500):  # one batch: the dev broker would report 1
+        producer.produce(topic, key=f"k{i}".encode(), value=b"v", partition=0)
+    assert producer.flush(10) == 0
+    probe = _Recording(probe_consumer(bootstrap))
+    try:
+        assert watermarks(probe.consumer, [(topic, 0)])[(topic, 0)] == (0, 500)
+        ends = true_end_offsets(bootstrap, [(topic, 0), (topic, 1)], consumer=probe)  # type: ignore[arg-type]
+        following = ends_from(probe, bootstrap, [(topic, 0)], ends, security=PLAINTEXT)  # type: ignore[arg-type]
+    finally:
+        probe.close()
+    assert ends == {(topic, 0): 500, (topic, 1): 0}
+    assert following == {(topic, 0): 500}
+    assert probe.assigned == []
+
+
+def test_true_end_counts_a_large_last_batch_whole_through_a_reused_probe(
+    dev_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    bootstrap = dev_bootstrap
     # The read stops at the first record of a partition's last batch and takes the rest of
     # that batch from what librdkafka has already queued: a last batch of thousands of
     # records must still be counted to its end, also by a probe consumer reused for a
@@ -73,8 +116,9 @@ def test_true_end_counts_a_large_last_batch_whole_through_a_reused_probe(
 
 
 def test_ends_from_known_ends_and_the_long_way_agree(
-    bootstrap: str, unique_name: Callable[[str], str]
+    any_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
+    bootstrap = any_bootstrap
     # Partition 0 has an end known from before (one fetch from there), partition 1 none
     # (watermarks and the last batch): both come out exact, through a probe with small
     # fetches, as the publisher and the source's planner use it.
@@ -86,12 +130,12 @@ def test_ends_from_known_ends_and_the_long_way_agree(
     producer.flush()
     probe = probe_consumer(bootstrap, max_partition_fetch_bytes=FOLLOWING_FETCH_BYTES)
     try:
-        known = ends_from(probe, bootstrap, [(topic, 0)], {})
+        known = ends_from(probe, bootstrap, [(topic, 0)], {}, security=PLAINTEXT)
         assert known == {(topic, 0): 6}
         for i in range(2_000):  # more than one small fetch's worth past the known end
             producer.produce(topic, key=f"m{i}".encode(), value=b"v" * 100, partition=i % 2)
         producer.flush()
-        ends = ends_from(probe, bootstrap, [(topic, 0), (topic, 1)], known)
+        ends = ends_from(probe, bootstrap, [(topic, 0), (topic, 1)], known, security=PLAINTEXT)
     finally:
         probe.close()
     assert ends == {(topic, 0): 1_006, (topic, 1): 1_006}

@@ -1,4 +1,4 @@
-"""The progress topic against the dev broker: a pipeline's publisher, a node's follower."""
+"""The progress topic against Apache Kafka: a pipeline's publisher, a node's follower."""
 
 from __future__ import annotations
 

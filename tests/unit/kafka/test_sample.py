@@ -1,4 +1,4 @@
-"""Sampling a topic's keys on the dev broker: from the beginning, capped, to the true end."""
+"""Sampling a topic's keys on Apache Kafka: from the beginning, capped, to the true end."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from sparkiq.core.errors import KafkaError
-from sparkiq.dev.broker import free_port
+from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.sample import sample_keys
 
@@ -68,8 +68,13 @@ def test_every_record_is_sampled_in_order_when_fewer_than_the_cap(
         assert got[p] == [key for _, key in _keyed(p, 100)]
 
 
-def test_the_tail_of_the_last_batch_is_not_missed(bootstrap: str, topic: str) -> None:
+def test_the_tail_of_the_last_batch_is_not_missed(
+    any_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
     # Three batches of ten on partition 1: the dev broker reports its end as 21, not 30.
+    bootstrap = any_bootstrap
+    topic = unique_name("sample-tail")
+    create_topic(bootstrap, topic, PARTITIONS)
     records = _keyed(1, 30)
     _produce(bootstrap, topic, records, flushes=3)
 

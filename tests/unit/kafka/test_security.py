@@ -1,9 +1,8 @@
 """Kafka client security settings: parsing, validation, librdkafka/aiokafka mapping, and the
 settings reaching real clients (CLI, serving node, group member) against real brokers.
 
-The dev broker serves PLAINTEXT. Started with ``--authentication`` it requires SASL SCRAM,
-but its memory storage starts without users and creating one needs an authenticated
-connection, so only the refused-login half of SASL can be exercised for real here.
+The secured broker is Apache Kafka with a SASL_PLAINTEXT listener that takes SCRAM-SHA-512
+logins of one user, bob: alice's logins are refused, bob's accepted, by the broker itself.
 """
 
 from __future__ import annotations
@@ -12,10 +11,8 @@ import asyncio
 import datetime
 import gc
 import ipaddress
-import os
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,9 +28,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from sparkiq.cli.main import main
 from sparkiq.core.errors import ConfigError, KafkaError
 from sparkiq.core.topology import MemberInfo
-from sparkiq.dev.broker import DevBroker, broker_binary, free_port
+from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.dev.localcluster import NodeProcess
-from sparkiq.dev.processes import stop_process
+from sparkiq.dev.ports import free_port
+from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import read_catalog
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.node.membership import GroupMember
@@ -45,6 +43,8 @@ SCRAM = [
     "sasl.username=alice",
     "sasl.password=hunter2-secret",
 ]
+BOB_PASSWORD = "bob-s3cret-password"
+BOB = [*SCRAM[:2], "sasl.username=bob", f"sasl.password={BOB_PASSWORD}"]
 
 
 # ---- parsing and validation ----------------------------------------------------------------
@@ -412,46 +412,13 @@ def _member(bootstrap: str, security: KafkaSecurity) -> GroupMember:
 
 
 @pytest.fixture(scope="module")
-def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The dev broker binary with ``--authentication``: every client must log in (SCRAM)."""
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("scram") / "broker.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                broker_binary(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-                "--authentication",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "RUST_LOG": "warn"},
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
+def scram_broker() -> Iterator[str]:
+    """Apache Kafka whose SASL listener (its address is yielded) takes bob's SCRAM login."""
+    with KafkaBroker(scram_users={"bob": BOB_PASSWORD}) as kafka:
+        yield kafka.sasl_bootstrap_servers
         # Clients a failed test left in reference cycles (an exception's traceback holds
         # the frame that made them) go while the broker is up, not retrying against it after.
         gc.collect()
-        stop_process(proc, kill=False, grace_s=5, timeout_s=10)
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -550,6 +517,51 @@ def test_cli_sasl_login_refused(scram_broker: str) -> None:
     assert "hunter2" not in result.output
 
 
+def test_accepted_scram_login_reads_and_writes(scram_broker: str, tmp_path: Path) -> None:
+    """bob's settings reach every librdkafka client: topics, the catalog, the CLI."""
+    security = KafkaSecurity.from_pairs(BOB)
+    create_topic(scram_broker, "sec-accepted", 2, security=security)
+    assert read_catalog(scram_broker, app="sparkiq-sec-accepted", security=security) == {}
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{pair}\n" for pair in BOB))
+    result = CliRunner().invoke(
+        main,
+        ["table", "list", "--bootstrap-servers", scram_broker, "--kafka-config", str(config)],
+    )
+    assert result.exit_code == 0, result.output
+    assert BOB_PASSWORD not in result.output
+
+
+def test_group_member_joins_with_an_accepted_scram_login(scram_broker: str) -> None:
+    security = KafkaSecurity.from_pairs(BOB)
+    create_topic(scram_broker, "sec-group", 2, security=security)
+    maps: list[object] = []
+
+    async def join() -> None:
+        member = GroupMember(
+            bootstrap=scram_broker,
+            group_id="sparkiq-security-bob.serving",
+            member_info=lambda: MemberInfo(url="http://127.0.0.1:1"),
+            on_assignment=maps.append,
+            standby_replicas=0,
+            acceptable_lag=0,
+            session_timeout_ms=6_000,
+            heartbeat_interval_ms=1_000,
+            security=security,
+        )
+        await member.start(["sec-group"])
+        try:
+            deadline = time.monotonic() + 30
+            while not maps:
+                assert time.monotonic() < deadline, "no assignment within 30 s"
+                await asyncio.sleep(0.1)
+        finally:
+            await member.stop()
+
+    asyncio.run(join())
+    assert maps
+
+
 def test_without_credentials_the_secured_broker_refuses(scram_broker: str) -> None:
     with pytest.raises(KafkaError, match=r"security\.protocol=PLAINTEXT"):
         read_catalog(scram_broker, timeout_s=3)
@@ -570,37 +582,50 @@ def test_group_member_logs_in_with_the_settings(scram_broker: str) -> None:
     assert "hunter2" not in message
 
 
-def _node(broker: DevBroker, tmp_path: Path, *kafka_args: str) -> NodeProcess:
+def _node(bootstrap: str, tmp_path: Path, *kafka_args: str) -> NodeProcess:
     """A started `sparkiq serve` process with *kafka_args*, logging to tmp_path/node.log."""
     return NodeProcess(
         port=free_port(),
         state_dir=tmp_path / "state",
-        bootstrap_servers=broker.bootstrap_servers,
+        bootstrap_servers=bootstrap,
         app="sparkiq-sec-node",
         log_path=tmp_path / "node.log",
         extra_args=kafka_args,
     ).start()
 
 
-def test_serving_node_with_explicit_plaintext_becomes_ready(
-    broker: DevBroker, tmp_path: Path
-) -> None:
-    node = _node(broker, tmp_path, "--kafka-property", "security.protocol=PLAINTEXT")
+def _wait_ready(node: NodeProcess, tmp_path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not node.is_ready():
+        assert node.is_running(), (tmp_path / "node.log").read_text()[-2000:]
+        assert time.monotonic() < deadline, "node not ready within 60 s"
+        time.sleep(0.2)
+
+
+def test_serving_node_with_explicit_plaintext_becomes_ready(bootstrap: str, tmp_path: Path) -> None:
+    node = _node(bootstrap, tmp_path, "--kafka-property", "security.protocol=PLAINTEXT")
     try:
-        deadline = time.monotonic() + 60
-        while not node.is_ready():
-            assert node.is_running(), (tmp_path / "node.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "node not ready within 60 s"
-            time.sleep(0.2)
+        _wait_ready(node, tmp_path)
     finally:
         node.stop()
 
 
-def test_serving_node_with_unusable_settings_exits_at_start(
-    broker: DevBroker, tmp_path: Path
+def test_serving_node_logs_in_with_scram_and_becomes_ready(
+    scram_broker: str, tmp_path: Path
 ) -> None:
     node = _node(
-        broker,
+        scram_broker, tmp_path, *[arg for pair in BOB for arg in ("--kafka-property", pair)]
+    )
+    try:
+        _wait_ready(node, tmp_path)
+    finally:
+        node.stop()
+    assert BOB_PASSWORD not in (tmp_path / "node.log").read_text()
+
+
+def test_serving_node_with_unusable_settings_exits_at_start(bootstrap: str, tmp_path: Path) -> None:
+    node = _node(
+        bootstrap,
         tmp_path,
         "--kafka-property",
         "security.protocol=SASL_PLAINTEXT",

@@ -1,6 +1,6 @@
 """The changes a node's replicas apply, to watchers of keys (node/changes.py).
 
-`changes_of` on hand-made records; then a real restorer on the dev broker: a watcher's
+`changes_of` on hand-made records; then a real restorer on Apache Kafka: a watcher's
 snapshot and the changes after it make up every value the key took, in order, none twice.
 """
 

@@ -1,9 +1,11 @@
-"""GroupMember on the dev broker: identical maps, fast leave, topic changes, killed members.
+"""GroupMember on Apache Kafka: identical maps, fast leave, topic changes, killed members,
+and a session timeout the brokers refuse.
 
-Timings on the dev broker (Tansu 0.6): every JoinGroup is held by the broker for about half
-the session timeout (in 1 s steps) before it answers, so a rebalance costs ~S/2 whatever
-the client does; a clean leave then costs one heartbeat interval + ~S/2, a killed member
-S + one heartbeat + ~S/2. The tests use S = 4 s to stay fast and print what they measure.
+Timings on Apache Kafka 4.4 (classic group protocol): a new group's first rebalance waits
+`group.initial.rebalance.delay.ms` (3 s) for more members; a clean leave rebalances at once
+(survivors had a new map 0.5 s after stop()), a killed member once its session timeout S
+has passed (4.0 s with S = 4 s). The tests use S = 4 s to stay fast and print what they
+measure.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from collections.abc import AsyncIterator, Callable, Iterable
 
 import pytest
 
+from sparkiq.core.errors import KafkaError
 from sparkiq.core.topology import ClusterMap, MemberInfo
+from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.membership import GroupMember
 
 SESSION_MS = 4_000
 HEARTBEAT_MS = 500
-# Measured 2.5-3.5 s for a clean leave with these settings; the margin is for a loaded
-# 2-core machine.
+# Measured 0.5 s for a clean leave with these settings on Apache Kafka (2.5-3.5 s on the dev
+# broker, which holds every JoinGroup about S/2); the margin is for a loaded 2-core machine.
 CLEAN_LEAVE_BOUND_S = 5.0
 KILLED_BOUND_S = SESSION_MS / 1000 + 5.0
 
@@ -270,3 +274,23 @@ def test_unassigned_topics_take_no_share_of_the_actives() -> None:
     # 6 partitions over 3 nodes: 2 actives each (with the catalog's partition counted, one
     # node would get 3 table partitions and another 1 and the catalog's).
     assert sorted(len(cluster_map.actives_of(url(i))) for i in range(3)) == [2, 2, 2]
+
+
+async def test_a_session_timeout_the_brokers_refuse_is_said_plainly() -> None:
+    # Apache Kafka's own floor (group.min.session.timeout.ms, 6 s by default) against 3 s.
+    with KafkaBroker(settings={"group.min.session.timeout.ms": "6000"}) as strict:
+        create_topic(strict.bootstrap_servers, "t", 1)
+        member = GroupMember(
+            bootstrap=strict.bootstrap_servers,
+            group_id="strict.serving",
+            member_info=lambda: MemberInfo(url=url(0)),
+            on_assignment=Recorder(),
+            standby_replicas=0,
+            acceptable_lag=0,
+            session_timeout_ms=3_000,
+            heartbeat_interval_ms=1_000,
+        )
+        started_at = time.monotonic()
+        with pytest.raises(KafkaError, match=r"refuse a session timeout of 3000 ms.*--session"):
+            await member.start(["t"])
+        assert time.monotonic() - started_at < 10

@@ -1,5 +1,5 @@
 """A partition's changelog read again for a watch that resumes (node/replay.py), against the
-dev broker: exactly the accepted records of [since, until), in order, as changes."""
+Apache Kafka: exactly the accepted records of [since, until), in order, as changes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading offset ranges in a task (pooled consumers, Arrow batches) against the dev broker."""
+"""Reading offset ranges in a task (pooled consumers, Arrow batches) against Apache Kafka."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from sparkiq.spark.source import SourceOptions
 
 
 def test_a_range_behind_thousands_of_small_batches_is_read_at_once(
-    bootstrap: str, unique_name: Callable[[str], str]
+    any_bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     """The dev broker lists a partition's batches from the first one within the fetch's max
     wait and answers with no records when the wait runs out first: with a 1 ms wait, a range
     behind a few thousand one-record batches (a few minutes of the demo's live invoices) was
     never read, and the demo's pipeline failed after pollTimeoutMs."""
+    bootstrap = any_bootstrap
     topic = unique_name("many-batches")
     create_topic(bootstrap, topic, 1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})

@@ -1,4 +1,4 @@
-"""The `sparkiq-kafka` streaming source against the dev broker and Spark in local mode."""
+"""The `sparkiq-kafka` streaming source against Apache Kafka and Spark in local mode."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from sparkiq.core.errors import ConfigError
-from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.admin import create_topic, partition_count
 from sparkiq.spark.connector import KAFKA_COLUMNS
 from sparkiq.spark.rangeread import OffsetRange
 from sparkiq.spark.source import KafkaStreamReader, SourceOptions, cap_offsets, group_ranges
@@ -93,8 +94,9 @@ def _as_records(rows: list[Any]) -> list[Record]:
 
 @pytest.mark.spark
 def test_reads_every_record_including_the_unreported_tail(
-    spark: Any, bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    spark: Any, any_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
+    bootstrap = any_bootstrap
     topic = unique_name("src-all")
     create_topic(bootstrap, topic, 3)
     producer = _producer(bootstrap)
@@ -253,12 +255,21 @@ def test_missing_topic_fails_the_query_naming_the_topic(
 def test_partitions_missing_from_the_checkpoint_start_at_zero(
     bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
-    # The dev broker cannot add partitions to a topic, so a checkpoint written before the
-    # topic grew is simulated: it knows partition 0 only.
+    # A checkpoint written while the topic had one partition; then the topic grows to three
+    # (Apache Kafka adds partitions; the dev broker cannot).
     topic = unique_name("src-grow")
-    create_topic(bootstrap, topic, 3)
+    create_topic(bootstrap, topic, 1)
     producer = _producer(bootstrap)
-    for partition in range(3):
+    _produce_batches(producer, topic, 0, batches=2, size=3, tag="g")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 3)]).values():
+        future.result(10)
+    deadline = time.monotonic() + 10
+    while partition_count(bootstrap, topic) < 3:
+        assert time.monotonic() < deadline, "the new partitions never showed"
+        time.sleep(0.1)
+    producer = _producer(bootstrap)  # one that knows the new partitions from the start
+    for partition in (1, 2):
         _produce_batches(producer, topic, partition, batches=2, size=3, tag="g")
     reader = KafkaStreamReader(
         SourceOptions.parse({"bootstrap.servers": bootstrap, "subscribe": topic})

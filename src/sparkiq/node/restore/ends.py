@@ -27,6 +27,7 @@ def disk_lags(
     assigned: Set[TopicPartition],
     table_for_topic: Callable[[str], TableDef | None],
     probe: Consumer | None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> dict[TopicPartition, int] | None:
     """How far behind its changelog's end each store on disk is that is not in `assigned`
     and still matches its table (for the node's join metadata); None if the ends cannot be
@@ -41,7 +42,7 @@ def disk_lags(
     if not stored:
         return {}
     try:
-        ends = true_end_offsets(bootstrap, list(stored), consumer=probe)
+        ends = true_end_offsets(bootstrap, list(stored), consumer=probe, security=security)
     except Exception as exc:
         log.warning("cannot read end offsets for stores on disk: %s", exc)
         return None

@@ -305,7 +305,11 @@ class Restorer(Healing):
         fetching.start(checkpoints)
         if to_measure:
             tps = [r.tp for r, _ in to_measure]
-            job = ends.submit(lambda probe: true_end_offsets(self.bootstrap, tps, consumer=probe))
+            job = ends.submit(
+                lambda probe: true_end_offsets(
+                    self.bootstrap, tps, consumer=probe, security=self.security
+                )
+            )
             job.add_done_callback(lambda done: self._measured_ends(done, to_measure))
         self._notify()
 
@@ -481,7 +485,9 @@ class Restorer(Healing):
         """Lags of stores on disk that are not assigned, for the node's join metadata."""
         with self._lock:
             assigned = set(self._replicas)
-        lags = disk_lags(self.bootstrap, self.registry, assigned, self._table_for_topic, probe)
+        lags = disk_lags(
+            self.bootstrap, self.registry, assigned, self._table_for_topic, probe, self.security
+        )
         if lags is not None:
             self._disk_lags = lags
 

@@ -31,6 +31,12 @@ from tests.support.restore import (
 pytest_plugins = ["tests.support.restore"]
 
 
+@pytest.fixture(scope="module")
+def bootstrap(any_bootstrap: str) -> str:
+    """This module runs on Apache Kafka and again on the dev broker (compatibility)."""
+    return any_bootstrap
+
+
 def test_restore_equals_the_oracle(
     bootstrap: str,
     unique_name: Callable[[str], str],

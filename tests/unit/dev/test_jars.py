@@ -1,0 +1,83 @@
+"""Java libraries from Maven Central: resolved once by Maven or by PySpark's Ivy, the same
+jars either way, and clear errors when Java or the artifact is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkiq.dev.jars import (
+    KAFKA,
+    JarsError,
+    JarSet,
+    Resolver,
+    install_jars,
+    installed_jars,
+    jars_root,
+    java_executable,
+)
+
+# A small artifact with one dependency, so that both resolvers can be run for real quickly.
+SMALL = JarSet(
+    name="small",
+    version="1",
+    artifacts=("org.slf4j:slf4j-simple:1.7.36",),
+    title="slf4j-simple",
+)
+
+
+@pytest.mark.parametrize("resolver", [Resolver.MAVEN, Resolver.IVY])
+def test_each_resolver_installs_the_jars_with_their_dependencies_once(
+    tmp_path: Path, resolver: Resolver
+) -> None:
+    said: list[str] = []
+    jars = install_jars(SMALL, root=tmp_path, progress=said.append, resolver=resolver)
+    assert sorted(j.name for j in jars) == ["slf4j-api-1.7.36.jar", "slf4j-simple-1.7.36.jar"]
+    assert all(j.parent == tmp_path / "small-1" for j in jars)
+    assert len(said) == 2  # resolving ..., then where they went
+    # Found again without resolving: nothing is said, nothing runs.
+    again: list[str] = []
+    assert install_jars(SMALL, root=tmp_path, progress=again.append) == jars
+    assert again == []
+    # Nothing is left beside the set (the resolution's own working directory is gone).
+    assert [p.name for p in tmp_path.iterdir()] == ["small-1"]
+
+
+def test_a_set_with_a_missing_jar_is_not_installed(tmp_path: Path) -> None:
+    jars = install_jars(SMALL, root=tmp_path, resolver=Resolver.IVY)
+    jars[0].unlink()
+    assert installed_jars(SMALL, root=tmp_path) is None
+
+
+def test_an_artifact_that_does_not_exist_fails_clearly(tmp_path: Path) -> None:
+    missing = JarSet("nope", "1", ("org.sparkiq.nowhere:nothing:0.0.1",), "nothing")
+    with pytest.raises(JarsError, match="Maven Central reachable"):
+        install_jars(missing, root=tmp_path, resolver=Resolver.MAVEN)
+    assert installed_jars(missing, root=tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    with pytest.raises(JarsError, match=r"Java 17 or newer .*holds no bin/java.*--broker dev"):
+        java_executable()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JarsError, match="no `java` on PATH"):
+        install_jars(SMALL, root=tmp_path / "jars")
+
+
+def test_the_jars_live_in_the_environment_unless_told(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("SPARKIQ_JARS_DIR", raising=False)
+    assert jars_root().parts[-3:] == ("share", "sparkiq", "jars")
+    monkeypatch.setenv("SPARKIQ_JARS_DIR", str(tmp_path))
+    assert jars_root() == tmp_path
+
+
+def test_kafka_is_pinned_with_its_log_binding() -> None:
+    assert KAFKA.version == "4.4.0"
+    assert f"org.apache.kafka:kafka_2.13:{KAFKA.version}" in KAFKA.artifacts
+    assert any("log4j-slf4j-impl" in a for a in KAFKA.artifacts)
