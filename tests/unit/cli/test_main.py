@@ -1,12 +1,19 @@
-"""The `sparkiq` commands that read from nodes (cli/main.py): `watch` and `changes` print
-each event."""
+"""The `sparkiq` commands of cli/main.py: `watch` and `changes` print each event; `broker`
+starts Apache Kafka (or the dev broker) until SIGTERM; `install` says where the jars are."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
+import pytest
 from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient
 
 from sparkiq.cli.main import main
 from sparkiq.core.tables import TableDef
@@ -73,3 +80,72 @@ def test_changes_refuses_a_prefix_with_bounds() -> None:
     result = CliRunner().invoke(main, ["changes", "users", "--prefix", "a", "--from", "b"])
     assert result.exit_code == 2
     assert "not both" in result.output
+
+
+def _broker_command(*args: str) -> tuple[str, str]:
+    """Run `sparkiq broker ARGS` until it has printed its address, check that the broker
+    answers there, stop it with SIGTERM; its output and what it answered."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkiq", "broker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "export SPARKIQ_BOOTSTRAP_SERVERS=" in line:
+                break
+        out = "".join(lines)
+        found = re.search(r"SPARKIQ_BOOTSTRAP_SERVERS=(\S+)", out)
+        assert found, out
+        admin = AdminClient({"bootstrap.servers": found.group(1)})
+        brokers = admin.list_topics(timeout=10).brokers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + rest
+    return out, f"{len(brokers)} brokers"
+
+
+def test_broker_runs_apache_kafka_and_removes_its_data_when_stopped() -> None:
+    out, answered = _broker_command()
+    assert answered == "1 brokers"
+    assert "Apache Kafka 4.4.0 (KRaft, 1 node)" in out
+    data = re.search(r"data and logs in (\S+);", out)
+    assert data, out
+    assert not Path(data.group(1)).exists()
+
+
+def test_broker_three_nodes() -> None:
+    out, answered = _broker_command("--brokers", "3")
+    assert answered == "3 brokers"
+    assert "(KRaft, 3 nodes)" in out
+
+
+def test_broker_kind_dev() -> None:
+    out, answered = _broker_command("--kind", "dev")
+    assert answered == "1 brokers"
+    assert out.startswith("dev broker (Tansu)")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--kind", "dev", "--brokers", "3"], "the dev broker runs as one node"),
+        (["--port", "9092"], "--port is for the dev broker"),
+    ],
+)
+def test_broker_refuses_what_it_cannot_do(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, ["broker", *args])
+    assert result.exit_code == 2
+    assert said in result.output
+
+
+def test_install_says_where_the_jars_are() -> None:
+    result = CliRunner().invoke(main, ["install", "kafka"])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"Apache Kafka 4\.4\.0: \d+ jars in \S+kafka-4\.4\.0", result.output)
