@@ -107,8 +107,15 @@ def install(what: str) -> None:
 
     def run() -> None:
         jar_set = JAR_SETS[what]
-        jars = install_jars(jar_set, progress=lambda line: click.echo(f"sparkiq: {line}"))
-        click.echo(f"sparkiq: {jar_set.title}: {len(jars)} jars in {jars[0].parent}")
+        said: list[str] = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            click.echo(f"sparkiq: {line}")
+
+        jars = install_jars(jar_set, progress=progress)
+        if not said:  # installed before: say where
+            click.echo(f"sparkiq: {jar_set.title}: {len(jars)} jars in {jars[0].parent}")
 
     run_command(run)
 
