@@ -44,10 +44,10 @@ from pathlib import Path
 from sparkiq.core.serde import window_store_key
 from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.core.topology import TopicPartition
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import NewestStart
 from sparkiq.node.restore.expiry import WindowExpiry
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.partitionstore import PartitionStore
+from sparkiq.node.stores.registry import StoreRegistry
 
 TURN_S, BUSY_TURN_S = 0.1, 0.01  # the restorer's poll timeouts (restorer.py)
 BASE_MS = 1_790_000_000_000  # data time of the first window

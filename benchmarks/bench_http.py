@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sparkiq.core.tables import TableDef
-    from sparkiq.http.testing import StaticView
-    from sparkiq.node.store import StoreRegistry
+    from sparkiq.http.staticview import StaticView
+    from sparkiq.node.stores.registry import StoreRegistry
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -189,7 +189,7 @@ def require_tools(tools: tuple[str, ...] = ("wrk", "nginx"), script: str = "benc
 def build_stores(state_dir: Path) -> None:
     """100k string keys k0..k99999 with small JSON values, in real PartitionStores."""
     from sparkiq.core.partitioner import partition_for
-    from sparkiq.node.store import StoreRegistry
+    from sparkiq.node.stores.registry import StoreRegistry
 
     table = table_def()
     per_partition: dict[int, list[tuple[bytes, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
@@ -261,7 +261,7 @@ def console_open(port: int) -> Iterator[None]:
 
 def _node_shaped() -> type[StaticView]:
     """A StaticView whose /v1/metadata has a node's shape (what the console reads)."""
-    from sparkiq.http.testing import StaticView
+    from sparkiq.http.staticview import StaticView
 
     class NodeShaped(StaticView):
         def metadata(self) -> dict[str, object]:
@@ -322,7 +322,7 @@ def bench_view(
 ) -> tuple[StaticView, StoreRegistry | None]:
     """The view of a bench node at `url`: the active of every partition, over the stores in
     `state_dir` (and their registry, to close), or with `owner_url` the node that is."""
-    from sparkiq.node.store import StoreRegistry
+    from sparkiq.node.stores.registry import StoreRegistry
 
     node_shaped = _node_shaped()
     table = table_def()
@@ -339,7 +339,7 @@ def bench_view(
 
 
 async def run_node(port: int, owner_url: str | None, state_dir: str, interface: str) -> None:
-    from sparkiq.http.server import HttpServer
+    from sparkiq.http.app.server import HttpServer
     from sparkiq.http.settings import HttpSettings
 
     view, registry = bench_view(f"http://127.0.0.1:{port}", state_dir, owner_url)

@@ -97,8 +97,8 @@ def requests(n: int) -> list[bytes]:
 def forwarded_requests(n: int) -> list[bytes]:
     """`requests(n)` as a forwarding node's pool sends them to the owner (its own code
     writes them: `PoolForwarder._request`), each with a request id of its own."""
-    from sparkiq.http.pool import PoolForwarder, _Origin
-    from sparkiq.http.requestid import REQUEST_ID, new_request_id
+    from sparkiq.http.forwarding.pool import PoolForwarder, _Origin
+    from sparkiq.http.messages.requestid import REQUEST_ID, new_request_id
 
     pool = PoolForwarder()
     origin = _Origin("127.0.0.1", 8080, 1, None)
@@ -113,8 +113,8 @@ def forwarded_requests(n: int) -> list[bytes]:
 
 async def sparkiq_lane(state_dir: str) -> tuple[Callable[[bytes], None], CountingTransport]:
     """One loop-server connection of a node whose stores are all local actives."""
-    from sparkiq.http.connection import Connection
-    from sparkiq.http.server import HttpServer
+    from sparkiq.http.app.server import HttpServer
+    from sparkiq.http.server.connection import Connection
 
     view, _ = bench_http.bench_view("http://127.0.0.1:8080", state_dir)
     server = HttpServer(view, "127.0.0.1", 8080)
@@ -172,8 +172,8 @@ def callgrind(flag: str) -> None:
 
 async def run_round_trips(subject: str, state_dir: str, n: int) -> None:
     """Requests one at a time through the loop: to an owner node, or forwarded to it."""
-    from sparkiq.http.connection import Connection
-    from sparkiq.http.server import HttpServer
+    from sparkiq.http.app.server import HttpServer
+    from sparkiq.http.server.connection import Connection
 
     owner_port = bench_http.free_port()
     owner_url = f"http://127.0.0.1:{owner_port}"

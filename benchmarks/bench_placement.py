@@ -72,7 +72,7 @@ def build_stores(state_dir: Path) -> None:
     """100k keys in each table: murmur2-placed, placed by `i % PARTITIONS`, and murmur2-placed
     with `MISPLACED` more records one partition off."""
     from sparkiq.core.partitioner import partition_for
-    from sparkiq.node.store import StoreRegistry
+    from sparkiq.node.stores.registry import StoreRegistry
 
     registry = StoreRegistry(state_dir)
     for name, table in tables().items():
@@ -93,10 +93,10 @@ def build_stores(state_dir: Path) -> None:
 
 async def run_node(port: int, state_dir: str, holds: list[int], peer: str | None) -> None:
     """A node holding partitions `holds` of every table; the others are `peer`'s."""
-    from sparkiq.http.server import HttpServer
+    from sparkiq.http.app.server import HttpServer
     from sparkiq.http.settings import HttpSettings
-    from sparkiq.http.testing import StaticView
-    from sparkiq.node.store import StoreRegistry
+    from sparkiq.http.staticview import StaticView
+    from sparkiq.node.stores.registry import StoreRegistry
 
     url = f"http://127.0.0.1:{port}"
     defs = list(tables().values())

@@ -36,7 +36,7 @@ from sparkiq.core.tables import Format, TableDef
 from sparkiq.dev.broker import make_broker
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.restore import BATCH_SIZE, CONSUMER_CONF, ReplicaState, Restorer
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.registry import StoreRegistry
 
 PARTITIONS = 6
 

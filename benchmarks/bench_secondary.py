@@ -29,7 +29,7 @@ from pathlib import Path
 from rocksdict import AccessType, Options, Rdict
 
 from sparkiq.core.tables import TableDef
-from sparkiq.node.partitionstore import PartitionStore
+from sparkiq.node.stores.partitionstore import PartitionStore
 
 TABLE = TableDef("bench", "bench-changelog", 1)
 # Where PartitionStore keeps its checkpoint (src/sparkiq/node/store.py): read by the secondary.

@@ -3,7 +3,7 @@
 `python benchmarks/refapp.py --port P` serves GET /<anything>/k<i> from a Python dict of 100k
 JSON bodies (404 when absent) in a uvloop loop: an asyncio protocol with httptools' parser,
 answering in its parser callback -- the stack a sparkiq node's server
-(`sparkiq.http.loopserver`) is built on.
+(`sparkiq.http.server.loopserver`) is built on.
 
 The gap between this app and a sparkiq node on the same stack is the sparkiq layer (the
 gate, routing, RocksDB, rendering, metrics), not the server.

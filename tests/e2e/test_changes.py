@@ -27,7 +27,7 @@ from confluent_kafka import Message, Producer
 from sparkiq.core import positions
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.localcluster import LocalCluster
-from sparkiq.http.sse import EventReader
+from sparkiq.http.messages.sse import EventReader
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import produce_seeded

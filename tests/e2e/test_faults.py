@@ -33,7 +33,7 @@ from sparkiq.dev.localcluster import LocalCluster, NodeProcess
 from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
-from sparkiq.node.store import QUARANTINE_DIR
+from sparkiq.node.stores.registry import QUARANTINE_DIR
 from tests.support.e2e import Oracle, fetch_all, produce_seeded
 from tests.support.faults import corrupt_ssts
 

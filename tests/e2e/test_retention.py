@@ -24,7 +24,7 @@ from sparkiq.core.serde import window_wire_key
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
 from sparkiq.kafka.admin import topic_config
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.registry import StoreRegistry
 from sparkiq.spark.materialize import define_table, prepare_table
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import httpx
 
 from sparkiq.http import AsgiApp
-from sparkiq.http.forward import Unreachable
-from sparkiq.http.responses import JSON_HEADERS, Response
-from sparkiq.http.wire import BUDGET_HEADER, HOPS_HEADER
+from sparkiq.http.forwarder import Unreachable
+from sparkiq.http.messages.responses import JSON_HEADERS, Response
+from sparkiq.http.messages.wire import BUDGET_HEADER, HOPS_HEADER
 
 
 class InProcessForwarder:

@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
-from sparkiq.http.testing import DictStore, StaticView
+from sparkiq.http.staticview import DictStore, StaticView
 
 
 class MapView(StaticView):

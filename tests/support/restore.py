@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from sparkiq.core.tables import TableDef
 from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.restore import ReplicaState, Restorer
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.registry import StoreRegistry
 
 Oracle = dict[int, dict[bytes, bytes]]
 

@@ -34,7 +34,7 @@ from sparkiq.cli import main as cli
 from sparkiq.cli.serving import auth_config
 from sparkiq.core.errors import ConfigError
 from sparkiq.http import HttpApi
-from sparkiq.http.testing import StaticView
+from sparkiq.http.staticview import StaticView
 from sparkiq.node.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ def test_granian_and_aiohttp_are_not_runtime_dependencies() -> None:
 
 def test_the_server_and_the_node_load_no_granian() -> None:
     script = (
-        "import sys, sparkiq.http.server, sparkiq.cli.serving\n"
+        "import sys, sparkiq.http.app.server, sparkiq.cli.serving\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('granian', 'aiohttp')))\n"
     )
     done = subprocess.run(

@@ -9,7 +9,7 @@
   traceback or null), and the fields an access-log line carries (`endpoint`, `outcome`,
   `status`, `ms`).
 
-The request id comes from `sparkiq.http.requestid.REQUEST_ID`, read by `RequestIdFilter` on
+The request id comes from `sparkiq.http.messages.requestid.REQUEST_ID`, read by `RequestIdFilter` on
 the handler: the handler runs in the task that logs, so the context variable holds that
 task's request. The handler can also keep a live status line (the restore progress) at the
 bottom of a terminal: records are written above it and it is drawn again after each one.
@@ -25,7 +25,7 @@ from typing import TextIO
 
 import orjson
 
-from sparkiq.http.requestid import REQUEST_ID
+from sparkiq.http.messages.requestid import REQUEST_ID
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -151,7 +151,7 @@ def configure_logging(
 ) -> StatusLineHandler:
     """Log to `stream` (stderr) in `fmt`, at `level`; replaces the root logger's handlers.
 
-    Returns the handler, whose status line `sparkiq.node.restoreprogress` may use. aiokafka logs
+    Returns the handler, whose status line `sparkiq.node.restore.progress` may use. aiokafka logs
     at WARNING and above only (its INFO lines are one per rebalance step).
     """
     handler = StatusLineHandler(stream if stream is not None else sys.stderr)

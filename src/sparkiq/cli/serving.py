@@ -6,7 +6,7 @@ finishes the requests in flight, and only then restoring stops and the stores ar
 
 `/metrics` carries the HTTP metrics (`sparkiq.http.metrics`) and the node's own
 (`sparkiq.node.metrics`); while partitions restore, their progress is shown on stderr
-(`sparkiq.node.restoreprogress`).
+(`sparkiq.node.restore.progress`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from sparkiq.auth import AuthConfig
 from sparkiq.cli.logs import LogFormat, StatusLineHandler, configure_logging
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http import HttpSettings
+from sparkiq.http.app.server import HttpServer
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.server import HttpServer
 from sparkiq.http.tls import TlsConfig
 from sparkiq.node.metrics import NodeMetrics
 from sparkiq.node.node import Node
 from sparkiq.node.restore import PartitionStatus
-from sparkiq.node.restoreprogress import RestoreProgress, report_progress
+from sparkiq.node.restore.progress import RestoreProgress, report_progress
 from sparkiq.node.settings import NodeSettings
 
 log = logging.getLogger("sparkiq.cli.serving")

@@ -14,19 +14,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sparkiq.http.api import HttpApi
-    from sparkiq.http.asgi import AsgiApp
-    from sparkiq.http.server import HttpServer, serve
+    from sparkiq.http.app.asgi import AsgiApp
+    from sparkiq.http.app.dispatch import HttpApi
+    from sparkiq.http.app.server import HttpServer, serve
     from sparkiq.http.settings import HttpSettings
 
 __all__ = ["AsgiApp", "HttpApi", "HttpServer", "HttpSettings", "serve"]
 
 _HOMES = {
-    "AsgiApp": "sparkiq.http.asgi",
-    "HttpApi": "sparkiq.http.api",
-    "HttpServer": "sparkiq.http.server",
+    "AsgiApp": "sparkiq.http.app.asgi",
+    "HttpApi": "sparkiq.http.app.dispatch",
+    "HttpServer": "sparkiq.http.app.server",
     "HttpSettings": "sparkiq.http.settings",
-    "serve": "sparkiq.http.server",
+    "serve": "sparkiq.http.app.server",
 }
 
 

@@ -31,8 +31,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from sparkiq.http.forward import Unreachable
-from sparkiq.http.responses import Outcome
+from sparkiq.http.forwarder import Unreachable
+from sparkiq.http.messages.responses import Outcome
 
 # Local reads take ~50 us, forwarded ones a few hundred; waits run to the budget (seconds).
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -7,7 +7,7 @@ It is registered in the registry of the node's `HttpMetrics` (see `sparkiq.cli.s
 
 Each local replica is in exactly one state: `restoring` (active role, catching up),
 `active`, `standby`, or `warming` (a standby the assignment is about to make active, see
-`sparkiq.node.assignment`). The series:
+`sparkiq.node.group.assignment`). The series:
 
 | metric | type | labels |
 |---|---|---|
@@ -43,7 +43,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, TopicPartition
 from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.restore import PartitionStatus, ReplicaState
-from sparkiq.node.restoreprogress import RestoreProgress, fraction_done
+from sparkiq.node.restore.progress import RestoreProgress, fraction_done
 
 
 class PartitionState(StrEnum):

@@ -26,16 +26,16 @@ from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.kafka.progress import ProgressFollower
 from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.freshness import TableFreshness, table_freshness
-from sparkiq.node.membership import GroupMember
+from sparkiq.node.group.membership import GroupMember
+from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
-from sparkiq.node.rebalance import RebalanceAsker
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.registry import StoreRegistry
 from sparkiq.node.watching import Watching
 
 if TYPE_CHECKING:
-    from sparkiq.node.partitionstore import PartitionStore
+    from sparkiq.node.stores.partitionstore import PartitionStore
 
 log = logging.getLogger("sparkiq.node.node")
 

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sparkiq.core.errors import ConfigError
 from sparkiq.http.settings import TunableHttpSettings
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
-from sparkiq.node.advertise import advertised_url, check_advertised
+from sparkiq.node.group.advertise import advertised_url, check_advertised
 
 DEFAULT_APP = "sparkiq"
 
@@ -189,7 +189,7 @@ class NodeSettings(TunableHttpSettings, BaseSettings):
 
     @property
     def url(self) -> str:
-        """The URL this node advertises (`sparkiq.node.advertise`)."""
+        """The URL this node advertises (`sparkiq.node.group.advertise`)."""
         if self.advertised_url:
             return self.advertised_url.rstrip("/")
         scheme = "https" if self.tls_cert_file is not None else "http"

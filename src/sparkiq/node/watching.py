@@ -1,7 +1,7 @@
 """The node's side of live reads: watches of one key, of a range of a partition's keys, and
 the changelog read again for a watch that resumes (`Watching`, a part of `Node`).
 
-The HTTP layer calls these through `sparkiq.http.view.NodeView`. A watch subscribes to the
+The HTTP layer calls these through `sparkiq.http.nodeview.NodeView`. A watch subscribes to the
 node's `ChangeFeed` first and reads its replica (the key's value, or only the position) under
 the restorer's lock after, so every change is either in what it read or delivered after it
 (`sparkiq.node.changes`).

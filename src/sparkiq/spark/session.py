@@ -130,7 +130,7 @@ def default_local_master() -> str:
     cores are not all busy. With twice the slots the operating system shares the cores
     among the queries' threads instead. The POS pipeline's freshness p99 at 50 invoices/s on
     2 cores: 1.06-1.23 s with ``local[2]`` (3 runs), 0.83-1.08 s with ``local[4]`` in 5 runs
-    of 6 (BENCHMARKS.md); its throughput did not change.
+    of 6 (measured by hand when it was chosen); its throughput did not change.
     """
     return f"local[{2 * (os.cpu_count() or 1)}]"
 

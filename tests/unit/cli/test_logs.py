@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from sparkiq.cli.logs import LogFormat, StatusLineHandler, configure_logging
+from sparkiq.http.messages.requestid import REQUEST_ID
+from sparkiq.http.messages.responses import Outcome
 from sparkiq.http.metrics import HttpMetrics
-from sparkiq.http.requestid import REQUEST_ID
-from sparkiq.http.responses import Outcome
 
 NODE = "http://127.0.0.1:8101"
 

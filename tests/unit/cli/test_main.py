@@ -19,7 +19,7 @@ from sparkiq.cli.main import main
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
-from sparkiq.http.testing import DictStore
+from sparkiq.http.staticview import DictStore
 from tests.support.mapview import MapView
 
 USERS = TableDef("users", "users-changelog", 2)

@@ -15,8 +15,9 @@ from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.core.timespec import now_ms
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
-from sparkiq.http.testing import DictStore, put_value
+from sparkiq.http.staticview import DictStore
 from tests.support.mapview import MapView
+from tests.support.stores import put_value
 
 MINUTE = 60_000
 CLICKS = TableDef("clicks", "clicks-changelog", 3, kind=TableKind.WINDOWED, window_size_ms=MINUTE)

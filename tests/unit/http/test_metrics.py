@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer, HttpSettings
-from sparkiq.http.forward import Unreachable
+from sparkiq.http.forwarder import Unreachable
+from sparkiq.http.messages.responses import Outcome
 from sparkiq.http.metrics import ForwardError, HttpMetrics, forward_error
-from sparkiq.http.responses import Outcome
-from sparkiq.http.testing import StaticView
+from sparkiq.http.staticview import StaticView
 
 USERS = TableDef("users", "users-changelog", 2)
 SETTINGS = HttpSettings(request_budget_s=0.3, reconnect_pause_s=0.02, active_timeout_s=0.1)

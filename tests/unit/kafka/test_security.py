@@ -34,7 +34,7 @@ from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import read_catalog
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
-from sparkiq.node.membership import GroupMember
+from sparkiq.node.group.membership import GroupMember
 from sparkiq.node.settings import NodeSettings
 
 SCRAM = [

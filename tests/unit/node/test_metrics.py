@@ -14,7 +14,7 @@ from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
 from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.metrics import NodeMetrics, PartitionState
 from sparkiq.node.restore import PartitionStatus, ReplicaState
-from sparkiq.node.restoreprogress import RestoreProgress
+from sparkiq.node.restore.progress import RestoreProgress
 
 ME, OTHER = "http://127.0.0.1:8101", "http://127.0.0.1:8102"
 USERS = TableDef("users", "users-changelog", 4)

@@ -25,7 +25,7 @@ The pipeline writes:
 Before them, the global table ``stores`` (store id -> name, city, state: reference data
 every node holds whole) is written once from `store_directory`.
 
-Two layouts (``sparkiq run --param layout=...``), measured side by side in BENCHMARKS.md
+Two layouts (``sparkiq run --param layout=...``), measured side by side in docs/benchmark-levers.md
 (``bench_pipeline.py``):
 
 - ``two-queries`` (the default): query ``tables`` writes the tables and the notifications,

@@ -32,7 +32,7 @@ from sparkiq.core.errors import SparkiqError
 from sparkiq.core.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.node.partitionstore import PartitionStore
+from sparkiq.node.stores.partitionstore import PartitionStore
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.kafka.offsets import probe_consumer, true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.registry import StoreRegistry
 
 log = logging.getLogger(__name__)
 

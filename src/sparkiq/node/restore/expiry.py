@@ -39,7 +39,7 @@ to hold it briefly and seldom (`benchmarks/bench_expiry.py` measures it):
   at every window all the same.
 - Expired windows are deleted `REMOVE_AT` at a time, and a pass that removed windows asks
   the store to flush a memtable mostly of deletes (`PartitionStore.flush_deletes`), whose
-  files are then compacted away (`sparkiq.node.storeoptions`). Deletes left in memory cost
+  files are then compacted away (`sparkiq.node.stores.storeoptions`). Deletes left in memory cost
   every iterator that steps over them, the sweep's own included (its CPU grew without end
   as they piled up), and memory, the write-ahead log and the files on disk follow the
   retention too.
@@ -55,8 +55,8 @@ from typing import Protocol
 from sparkiq.core.errors import StoreError
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import NewestStart
+from sparkiq.node.stores.partitionstore import PartitionStore
 
 # A step works in slices of SLICE_S, about the longest the HTTP thread waits for the
 # interpreter because of it, and sleeps YIELD_S between two (the HTTP thread takes the

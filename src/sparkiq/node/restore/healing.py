@@ -16,9 +16,9 @@ import time
 from sparkiq.core.errors import DiskFull, StateDirLockedError, StateDirMismatchError, StorageFault
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.partitionstore import PartitionStore
+from sparkiq.node.stores.registry import StoreRegistry
 
 log = logging.getLogger(__name__)
 

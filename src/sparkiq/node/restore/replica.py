@@ -9,8 +9,8 @@ from enum import StrEnum
 from sparkiq.core.errors import DiskFull, StorageFault
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import NewestStart, StoreKeyFn, store_key_fn
+from sparkiq.node.stores.partitionstore import PartitionStore
 
 log = logging.getLogger(__name__)
 

@@ -44,14 +44,14 @@ from sparkiq.core.topology import TopicPartition
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.node.changes import ChangeFeed
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.batches import StoreKeyFn, split_batch
 from sparkiq.node.restore.ends import EndProbe, disk_lags
 from sparkiq.node.restore.expiry import WindowExpiry
 from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.partitionstore import PartitionStore
+from sparkiq.node.stores.registry import StoreRegistry
 
 log = logging.getLogger(__name__)
 

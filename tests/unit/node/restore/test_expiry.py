@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from sparkiq.core.errors import FormatError
 from sparkiq.core.serde import window_store_key, window_wire_key
 from sparkiq.core.tables import Format, TableDef, TableKind
-from sparkiq.node.partitionstore import PartitionStore
 from sparkiq.node.restore.expiry import (
     AGAIN_S,
     FLUSH_AT_DELETES,
@@ -28,7 +27,8 @@ from sparkiq.node.restore.expiry import (
     interval_s,
 )
 from sparkiq.node.restore.replica import Replica
-from sparkiq.node.store import StoreRegistry
+from sparkiq.node.stores.partitionstore import PartitionStore
+from sparkiq.node.stores.registry import StoreRegistry
 
 MINUTE = 60_000
 TABLE = TableDef(

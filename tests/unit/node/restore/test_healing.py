@@ -10,7 +10,7 @@ from sparkiq.core.errors import StorageFault
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.restore import ReplicaState, Restorer
-from sparkiq.node.store import QUARANTINE_DIR, StoreRegistry
+from sparkiq.node.stores.registry import QUARANTINE_DIR, StoreRegistry
 from tests.support.faults import corrupt_ssts
 from tests.support.restore import (
     Oracle,

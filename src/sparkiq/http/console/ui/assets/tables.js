@@ -1,0 +1,62 @@
+// Every table: kind, formats, partitions and freshness (applied offset vs changelog end).
+
+import { get, metadata } from "./api.js";
+import { h, link, num, replace, table } from "./dom.js";
+
+// Fields of a /v1/tables entry shown in their own columns; any other field (freshness
+// figures a newer node adds, a description) is shown beside them.
+const KNOWN = new Set(["name", "topic", "partitions", "kind", "key_format", "value_format", "partitioner", "misplaced_records", "window_size_ms", "key_schema", "value_schema"]);
+
+export function tablesView({ session, body, offerTables }) {
+  const list = h("div");
+  replace(
+    body,
+    h("h1", {}, "Tables"),
+    h("p", { class: "muted" }, "Freshness is what this node sees: its own replicas' applied offsets against the changelog end, and the lag each partition's active reported at the last rebalance."),
+    list,
+  );
+  session.every(3000, async (signal) => {
+    const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), metadata(signal)]);
+    offerTables(doc.tables.map((t) => t.name));
+    const rows = doc.tables.map((t) => row(t, meta));
+    replace(list, doc.tables.length ? table(["table", "kind", "key", "value", "partitions", "partitioner", "applied / end (this node)", "active lag", "more"], rows, "tables") : h("p", { class: "muted" }, "No table is registered yet (or none you may read)."));
+  });
+}
+
+function row(t, meta) {
+  let applied = 0;
+  let end = 0;
+  let held = 0;
+  for (const r of meta.local) {
+    if (r.table !== t.name) continue;
+    applied += r.position;
+    end += r.end;
+    held += 1;
+  }
+  let activeLag = 0;
+  let known = 0;
+  for (const p of meta.partitions) {
+    if (p.table !== t.name || !p.active) continue;
+    const lag = p.lags[p.active];
+    if (lag !== undefined) {
+      activeLag = Math.max(activeLag, lag);
+      known += 1;
+    }
+  }
+  const extra = Object.entries(t).filter(([k]) => !KNOWN.has(k));
+  if (t.misplaced_records) extra.unshift(["misplaced_records", t.misplaced_records]);
+  const kind = t.kind === "windowed" && t.window_size_ms ? `windowed (${t.window_size_ms / 1000} s)` : t.kind;
+  return h(
+    "tr",
+    { "data-table": t.name },
+    h("td", {}, link(`/ui/tables/${encodeURIComponent(t.name)}`, t.name)),
+    h("td", {}, kind),
+    h("td", {}, t.key_format),
+    h("td", {}, t.value_format),
+    h("td", { class: "n" }, String(t.partitions)),
+    h("td", {}, t.partitioner || ""),
+    h("td", { class: "n" }, held ? `${num(applied)} / ${num(end)}${end > applied ? ` (${num(end - applied)} behind)` : " ✓"}` : "no replica here"),
+    h("td", { class: "n" }, known ? num(activeLag) : "–"),
+    h("td", { class: "more" }, extra.map(([k, v]) => h("div", {}, `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`))),
+  );
+}
