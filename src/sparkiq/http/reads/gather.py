@@ -1,5 +1,5 @@
-"""Reads keys where they are stored, across nodes: multi-get, and lookups that look past a
-key's own partition.
+"""The engine under multi-get (`multiget`) and lookups outside a key's own partition
+(`elsewhere`): a set of keys read where they are stored, one request per node.
 
 A *plan* maps partitions to the keys (indices into the request's keys) to read there. The
 read loop (`readloop`) reads each partition from this node's replica or asks the node that
