@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from sparkiq.cli.options import field_option
-from sparkiq.core.errors import SparkiqError
+from sparkiq.core.errors import BadNodeUrl, NodesUnreachable, SparkiqError
 from sparkiq.node.settings import NodeSettings
 
 if TYPE_CHECKING:
     from sparkiq.kafka.security import KafkaSecurity
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+# The node a client command asks when neither --url nor SPARKIQ_URL says another.
+_DEFAULT_URL = "http://127.0.0.1:8100"
 
 
 def env_option(*names: str, envvar: str, help: str, **kwargs: Any) -> Callable[[_F], _F]:
@@ -94,13 +97,21 @@ def kafka_security(kafka_config: Path | None, kafka_properties: tuple[str, ...])
     return security
 
 
+def reach_brokers(bootstrap_servers: str) -> None:
+    """Fail within seconds, with one message, when no bootstrap server accepts a connection
+    (a Kafka client would retry for its whole timeout); a `SparkiqError` for `run_command`."""
+    from sparkiq.kafka.reach import check_reachable
+
+    check_reachable(bootstrap_servers)
+
+
 def url_option() -> Callable[[_F], _F]:
     return env_option(
         "--url",
         "urls",
         envvar="SPARKIQ_URL",
         multiple=True,
-        default=["http://127.0.0.1:8100"],
+        default=[_DEFAULT_URL],
         show_default=True,
         help="URL of any serving node (repeatable).",
     )
@@ -124,14 +135,45 @@ def credential_options(command: _F) -> _F:
 
 
 def run_command(fn: Any) -> None:
-    """Call `fn`: a `SparkiqError` exits with status 2 and its message, Ctrl-C with 130."""
+    """Call `fn`: a `SparkiqError` exits with status 2 and its message, Ctrl-C with 130.
+
+    A node URL that is malformed or that no node answers at is said with where the URL
+    came from (`--url`, `SPARKIQ_URL` or the default) and how to give another.
+    """
     try:
         fn()
+    except BadNodeUrl as exc:
+        click.echo(f"sparkiq: {exc} ({_url_source()})", err=True)
+        sys.exit(2)
+    except NodesUnreachable as exc:
+        click.echo(f"sparkiq: {exc}; {_where_urls_come_from()}", err=True)
+        sys.exit(2)
     except SparkiqError as exc:
         click.echo(f"sparkiq: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _url_source() -> str:
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("urls") if ctx is not None else None
+    if source is click.core.ParameterSource.ENVIRONMENT:
+        return "set by SPARKIQ_URL"
+    return "given with --url"
+
+
+def _where_urls_come_from() -> str:
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("urls") if ctx is not None else None
+    if source is click.core.ParameterSource.DEFAULT:
+        return (
+            f"no --url was given, so {_DEFAULT_URL} was asked: give a running node's URL "
+            "with --url or SPARKIQ_URL"
+        )
+    if source is click.core.ParameterSource.ENVIRONMENT:
+        return "the URL came from SPARKIQ_URL: set it to a running node's URL, or give --url"
+    return "give a running node's URL with --url (or SPARKIQ_URL)"
 
 
 def wait_for_signal() -> None:

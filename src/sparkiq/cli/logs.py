@@ -151,8 +151,9 @@ def configure_logging(
 ) -> StatusLineHandler:
     """Log to `stream` (stderr) in `fmt`, at `level`; replaces the root logger's handlers.
 
-    Returns the handler, whose status line `sparkiq.node.restore.progress` may use. aiokafka logs
-    at WARNING and above only (its INFO lines are one per rebalance step).
+    Returns the handler, whose status line `sparkiq.node.restore.progress` may use. aiokafka's
+    and librdkafka's lines are written at level DEBUG only (aiokafka's INFO lines are one per
+    rebalance step).
     """
     handler = StatusLineHandler(stream if stream is not None else sys.stderr)
     handler.addFilter(RequestIdFilter(node))
@@ -162,5 +163,12 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    # The Kafka libraries' own lines (aiokafka's, and librdkafka's through
+    # `sparkiq.kafka.clientlog`) reach the log at DEBUG only: at other levels sparkiq says
+    # what went wrong itself. aiokafka's handlers of its own (the group member listens for
+    # a refused login) still see its records.
+    debug = root.getEffectiveLevel() <= logging.DEBUG
+    aiokafka = logging.getLogger("aiokafka")
+    aiokafka.setLevel(logging.INFO if debug else logging.WARNING)
+    aiokafka.propagate = debug
     return handler

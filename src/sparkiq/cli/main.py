@@ -27,11 +27,12 @@ from sparkiq.cli.common import (
     env_option,
     kafka_security,
     kafka_security_options,
+    reach_brokers,
     run_command,
     url_option,
     wait_for_signal,
 )
-from sparkiq.cli.options import settings_options
+from sparkiq.cli.options import settings_error, settings_options
 from sparkiq.cli.reads import range_command, windows
 from sparkiq.cli.table import table
 from sparkiq.node.settings import NodeSettings
@@ -147,7 +148,7 @@ def serve(**options: Any) -> None:
     try:
         settings = NodeSettings(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(settings_error(exc, _SERVE_FLAGS)) from None
 
     def start() -> None:
         # Connections, Kafka clients and RocksDB files all take descriptors: the node may
@@ -178,7 +179,12 @@ def get(
 
     def run() -> None:
         with Client(
-            list(urls), max_lag=max_lag, token=token, api_key=api_key, ca_file=ca_file
+            list(urls),
+            max_lag=max_lag,
+            token=token,
+            api_key=api_key,
+            ca_file=ca_file,
+            wait_for_unreachable=False,
         ) as client:
             entry = client.get_entry(table_name, key)
         if entry is None:
@@ -256,7 +262,9 @@ def _print_stream(
     from sparkiq.client import Client
 
     def run() -> None:
-        with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
+        with Client(
+            list(urls), token=token, api_key=api_key, ca_file=ca_file, wait_for_unreachable=False
+        ) as client:
             for n, entry in enumerate(stream(client), 1):
                 click.echo(orjson.dumps(entry).decode())
                 if count is not None and n >= count:
@@ -499,4 +507,9 @@ def run(pipeline_file: Path, **options: Any) -> None:
         kafka_security=kafka_security(options.pop("kafka_config"), options.pop("kafka_properties")),
         **options,
     )
-    run_command(lambda: run_pipeline(pipeline_file, settings))
+
+    def start() -> None:
+        reach_brokers(settings.bootstrap_servers)
+        run_pipeline(pipeline_file, settings)
+
+    run_command(start)

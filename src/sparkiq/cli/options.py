@@ -27,7 +27,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types
 import click
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -157,3 +157,21 @@ def _number_type(annotation: type[int] | type[float], field: FieldInfo) -> click
     if annotation is int:
         return click.IntRange(**bounds) if bounds else click.INT
     return click.FloatRange(**bounds) if bounds else click.FLOAT
+
+
+def settings_error(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """A model's validation errors as the options to fix, one line: `--listen: listen must
+    be host:port ... (got '127.0.0.1:0')`, never pydantic's own dump. `flags` maps fields to
+    other spellings (as in `settings_options`)."""
+    reasons = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        spelled = (flags or {}).get(field, flag_name(field)).split("/")[0] if field else ""
+        message = str(error["msg"]).removeprefix("Value error, ")
+        shown = repr(error["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        where = f"{spelled}: " if spelled else ""
+        got = f" (got {shown})" if field and str(error["input"]) not in message else ""
+        reasons.append(f"{where}{message}{got}")
+    return "; ".join(reasons)

@@ -36,7 +36,9 @@ def _print_items(
     from sparkiq.client import Client
 
     def run() -> None:
-        with Client(list(urls), token=token, api_key=api_key, ca_file=ca_file) as client:
+        with Client(
+            list(urls), token=token, api_key=api_key, ca_file=ca_file, wait_for_unreachable=False
+        ) as client:
             for item in itertools.islice(read(client), limit):
                 click.echo(orjson.dumps(item).decode())
 

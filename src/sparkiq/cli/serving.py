@@ -20,6 +20,7 @@ import sys
 import uvloop
 
 from sparkiq.auth import AuthConfig
+from sparkiq.cli.common import reach_brokers
 from sparkiq.cli.logs import LogFormat, StatusLineHandler, configure_logging
 from sparkiq.core.topology import TopicPartition
 from sparkiq.http import HttpSettings
@@ -146,7 +147,8 @@ def _signal_event() -> asyncio.Event:
 
 
 def run_node(settings: NodeSettings) -> None:
-    """Entry point of `sparkiq serve`."""
+    """Entry point of `sparkiq serve`: brokers that take no connection are said at once."""
+    reach_brokers(settings.bootstrap_servers)
     fmt = LogFormat(settings.log_format)
     handler = configure_logging(settings.log_level, fmt, node=settings.url)
     # A live progress line on a terminal; plain log lines in files and JSON logs.

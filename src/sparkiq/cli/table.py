@@ -1,11 +1,16 @@
 """`sparkiq table`: register, list and drop the queryable tables of an app's catalog.
 
-`table create` counts the topic's partitions and, unless told (`--partitioner`), samples the
-topic to tell which partitioner placed its records.
+`table create` counts the topic's partitions and samples the topic: its records must decode
+in the formats given (`sparkiq.core.formatcheck`; `--force` registers anyway) and, unless
+told (`--partitioner`), the sample tells which partitioner placed them. An existing name is
+refused unless `--replace`; dropping a name the catalog lacks is an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,12 +21,15 @@ from sparkiq.cli.common import (
     bootstrap_option,
     kafka_security,
     kafka_security_options,
+    reach_brokers,
     run_command,
 )
+from sparkiq.core.errors import CatalogError, UnknownTableError
 from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.tables import Format, TableDef, TableKind
 
 if TYPE_CHECKING:
+    from sparkiq.core.formatcheck import SampledRecord
     from sparkiq.kafka.security import KafkaSecurity
 
 _FORMATS = click.Choice([f.value for f in Format])
@@ -72,6 +80,17 @@ def table() -> None:
     "unknown: a lookup asks every partition); auto samples the topic and picks the one "
     "that places every sampled record.",
 )
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Replace a table of the same name (without it, an existing name is refused); "
+    "what changed is printed.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Register even when sampled keys or values do not decode in the given formats.",
+)
 @bootstrap_option()
 @app_option()
 @kafka_security_options
@@ -87,28 +106,37 @@ def table_create(
     value_schema: Path | None,
     description: str,
     partitioner: str,
+    replace: bool,
+    force: bool,
     bootstrap_servers: str,
     app: str,
     kafka_config: Path | None,
     kafka_properties: tuple[str, ...],
 ) -> None:
-    """Register topic TOPIC as table NAME: its latest value per key, null values deleting."""
+    """Register topic TOPIC as table NAME: its latest value per key, null values deleting.
+
+    The topic is sampled first: the records must decode in the key and value formats given
+    (else nothing is registered, unless --force), and with --partitioner auto the sample
+    tells which partitioner placed them.
+    """
     from sparkiq.core.durations import parse_duration_ms
     from sparkiq.kafka.admin import partition_count
-    from sparkiq.kafka.catalog import register_table
+    from sparkiq.kafka.catalog import read_catalog, register_table
+    from sparkiq.kafka.sample import sample_records
 
     security = kafka_security(kafka_config, kafka_properties)
 
     def run() -> None:
         retention_ms = parse_duration_ms(retention) if retention is not None else None
+        reach_brokers(bootstrap_servers)
         partitions = partition_count(bootstrap_servers, topic, security=security)
-        kind_ = TableKind(kind)
-        if partitioner == "auto":
-            chosen = _detect_partitioner(
-                bootstrap_servers, topic, partitions, kind_ is TableKind.WINDOWED, security
+        existing = read_catalog(bootstrap_servers, app=app, security=security).get(name)
+        if existing is not None and not replace:
+            raise CatalogError(
+                f"table {name!r} exists ({_summary(existing)}); write --replace to replace "
+                "it, or choose another name"
             )
-        else:
-            chosen = Partitioner(partitioner)
+        kind_ = TableKind(kind)
         tdef = TableDef(
             name=name,
             topic=topic,
@@ -121,17 +149,84 @@ def table_create(
             key_schema=key_schema.read_text() if key_schema else None,
             value_schema=value_schema.read_text() if value_schema else None,
             description=description,
-            partitioner=chosen,
         )
+        click.echo(f"sampling {topic!r} ({partitions} partitions)...")
+        records = sample_records(bootstrap_servers, topic, partitions, security=security)
+        _check_formats(tdef, records, force)
+        if partitioner == "auto":
+            chosen = _detect_partitioner(records, partitions, kind_ is TableKind.WINDOWED)
+        else:
+            chosen = Partitioner(partitioner)
+        tdef = dataclasses.replace(tdef, partitioner=chosen)
         register_table(bootstrap_servers, tdef, app=app, security=security)
-        click.echo(
-            f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
-            f"partitioner {chosen.value}"
-        )
+        if existing is None:
+            click.echo(
+                f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
+                f"partitioner {chosen.value}"
+            )
+        else:
+            changed = _changes(existing, tdef)
+            click.echo(
+                f"table {name!r} replaced: "
+                + ("; ".join(changed) if changed else "the same definition as before")
+            )
         if retention_ms is not None:
             _check_topic_retention(bootstrap_servers, topic, retention_ms, security)
 
     run_command(run)
+
+
+def _summary(table: TableDef) -> str:
+    return (
+        f"topic {table.topic!r}, key {table.key_format.value}, value "
+        f"{table.value_format.value}, kind {table.kind.value}"
+    )
+
+
+def _changes(old: TableDef, new: TableDef) -> list[str]:
+    """`field old -> new` for each field of the definition that differs."""
+    said = []
+    for f in dataclasses.fields(TableDef):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if before == after:
+            continue
+        if f.name.endswith("_schema"):  # whole schemas do not fit on a line
+            said.append(f"{f.name} changed")
+        else:
+            said.append(f"{f.name} {_shown(before)} -> {_shown(after)}")
+    return said
+
+
+def _shown(value: object) -> str:
+    return str(value.value) if isinstance(value, StrEnum) else repr(value)
+
+
+def _check_formats(table: TableDef, records: Sequence[SampledRecord], force: bool) -> None:
+    """Refuse (CatalogError) unless every sampled key and value decodes, or `force`."""
+    from sparkiq.core.formatcheck import check_formats
+
+    if not records:
+        click.echo(
+            f"note: topic {table.topic!r} holds no keyed records yet: the formats cannot be checked"
+        )
+        return
+    findings = check_formats(table, records)
+    failed = [f.describe(table.topic) for f in findings if not f.ok]
+    if not failed:
+        key, value = findings
+        click.echo(
+            f"formats: {key.checked} sampled keys decode as {key.declared.value}, "
+            f"{value.checked} values as {value.declared.value}"
+        )
+        return
+    if not force:
+        raise CatalogError(
+            f"table {table.name!r} not registered: "
+            + "; ".join(failed)
+            + "; or --force to register it anyway"
+        )
+    for text in failed:
+        click.echo(f"warning: {text}; registered anyway (--force)")
 
 
 def _check_topic_retention(
@@ -158,14 +253,12 @@ def _check_topic_retention(
 
 
 def _detect_partitioner(
-    bootstrap: str, topic: str, partitions: int, windowed: bool, security: KafkaSecurity
+    records: Sequence[SampledRecord], partitions: int, windowed: bool
 ) -> Partitioner:
-    """Sample `topic` and print which partitioner placed its records, and why."""
+    """Print which partitioner placed the sampled records, and why."""
     from sparkiq.core.placement import detect
-    from sparkiq.kafka.sample import sample_keys
 
-    click.echo(f"sampling {topic!r} ({partitions} partitions) to tell its partitioner...")
-    samples = sample_keys(bootstrap, topic, partitions, security=security)
+    samples = [(r.partition, r.key) for r in records]
     if windowed:  # a windowed key ends with its 8-byte window start; the key alone decides
         samples = [(p, key[:-8]) for p, key in samples if len(key) >= 8]
     found = detect(samples, partitions)
@@ -186,6 +279,7 @@ def table_list(
     security = kafka_security(kafka_config, kafka_properties)
 
     def run() -> None:
+        reach_brokers(bootstrap_servers)
         tables = read_catalog(bootstrap_servers, app=app, security=security)
         if not tables:
             click.echo("no tables registered")
@@ -213,8 +307,20 @@ def table_drop(
     kafka_properties: tuple[str, ...],
 ) -> None:
     """Remove table NAME from the catalog (its topic is left as it is)."""
-    from sparkiq.kafka.catalog import drop_table
+    from sparkiq.kafka.catalog import drop_table, read_catalog
 
     security = kafka_security(kafka_config, kafka_properties)
-    run_command(lambda: drop_table(bootstrap_servers, name, app=app, security=security))
-    click.echo(f"table {name!r} dropped from the catalog")
+
+    def run() -> None:
+        reach_brokers(bootstrap_servers)
+        tables = read_catalog(bootstrap_servers, app=app, security=security)
+        if name not in tables:
+            known = ", ".join(sorted(tables)) or "none"
+            raise UnknownTableError(
+                f"no table {name!r} in the catalog of app {app!r} (its tables: {known}); "
+                "nothing dropped"
+            )
+        drop_table(bootstrap_servers, name, app=app, security=security)
+        click.echo(f"table {name!r} dropped from the catalog")
+
+    run_command(run)

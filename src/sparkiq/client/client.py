@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
@@ -39,7 +39,7 @@ import orjson
 from sparkiq.client.pages import Time, key_text, page_query, paged
 from sparkiq.client.routes import Routes, dedupe, parse_routes
 from sparkiq.client.streams import follow
-from sparkiq.core.errors import ClientError, FormatError
+from sparkiq.core.errors import BadNodeUrl, ClientError, FormatError, NodesUnreachable
 from sparkiq.core.positions import BadPositions, TokenBook
 from sparkiq.core.serde import key_codec
 from sparkiq.core.tables import Format
@@ -79,15 +79,21 @@ class Client:
         api_key: str | None = None,
         ca_file: str | Path | None = None,
         monotonic: bool = True,
+        wait_for_unreachable: bool = True,
     ) -> None:
         """`token` (a bearer JWT) or `api_key` authenticate every request; `ca_file` is
         the CA that https:// nodes' certificates are checked against (default: the
         system's trust store). `monotonic`: send each read the newest consistency token
-        seen for its table (see the module)."""
+        seen for its table (see the module). `wait_for_unreachable`: when no node a call
+        asks accepts a connection, try again until the budget is spent (nodes may be
+        restarting); False fails the call at once with `NodesUnreachable` (the command
+        line's choice: a wrong URL is said at once). A URL that is not
+        http(s)://HOST[:PORT] raises `BadNodeUrl` here."""
         seeds = [urls] if isinstance(urls, str) else list(urls)
         if not seeds:
-            raise ClientError("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
-        self._seeds = [u.rstrip("/") for u in seeds]
+            raise BadNodeUrl("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
+        self._seeds = [_checked_url(u) for u in seeds]
+        self._wait_for_unreachable = wait_for_unreachable
         self._budget_s = budget_s
         self._max_lag = max_lag
         self._standby_max_lag = standby_max_lag
@@ -273,7 +279,17 @@ class Client:
     ) -> Iterator[dict[str, Any]]:
         timeout = httpx.Timeout(self._timeout_s, read=idle_s)
         refresh = self._refresh_soon
-        return follow(self._http, plan, path, params, timeout, _RETRYABLE, _error_of, refresh)
+        return follow(
+            self._http,
+            plan,
+            path,
+            params,
+            timeout,
+            _RETRYABLE,
+            _error_of,
+            refresh,
+            wait_for_unreachable=self._wait_for_unreachable,
+        )
 
     def owner(self, table: str, key: object) -> dict[str, Any]:
         text = key_text(key)
@@ -442,8 +458,15 @@ class Client:
         last = "no node tried"
         order = plan()
         attempt = 0
+        # Node -> why it took no connection; None once any node accepted one.
+        unreached: dict[str, str] | None = {}
         while True:
             if attempt and attempt % len(order) == 0:
+                if not self._wait_for_unreachable and unreached is not None:
+                    raise NodesUnreachable(
+                        "no node accepted a connection: "
+                        + "; ".join(f"{url}: {why}" for url, why in unreached.items())
+                    )
                 # A whole round failed: a fresher map, then a short pause before the next.
                 self._refresh_soon()
                 order = plan()
@@ -461,9 +484,15 @@ class Client:
                     headers=headers,
                     timeout=max(min(self._timeout_s, remaining), 0.05),
                 )
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                last = f"{url}: {exc.__class__.__name__} {exc}"
+                if unreached is not None:
+                    unreached[url] = str(exc) or exc.__class__.__name__
             except httpx.HTTPError as exc:
                 last = f"{url}: {exc.__class__.__name__} {exc}"
+                unreached = None
             else:
+                unreached = None
                 if resp.status_code == 200:
                     answer: dict[str, Any] = resp.json()
                     if tokens is not None and table is not None:
@@ -489,6 +518,23 @@ class Client:
         self._refreshed_at = now
         with contextlib.suppress(ClientError):
             self.refresh()
+
+
+def _checked_url(url: str) -> str:
+    """`url` without a trailing slash; BadNodeUrl unless it is http(s)://HOST[:PORT]."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not 0-65535
+    except ValueError:
+        valid = False
+    else:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    if not valid:
+        example = f"http://{url}" if "://" not in url else "http://127.0.0.1:8100"
+        raise BadNodeUrl(
+            f"node URL {url!r} is not http(s)://HOST[:PORT]; write e.g. {example.rstrip('/')}"
+        )
+    return url.rstrip("/")
 
 
 def _error_of(resp: httpx.Response) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import orjson
 
-from sparkiq.core.errors import ClientError
+from sparkiq.core.errors import ClientError, NodesUnreachable
 from sparkiq.http.messages.sse import EventReader
 
 _PAUSE_S = 0.5  # between two rounds of the plan
@@ -34,12 +34,16 @@ def follow(
     retryable: Collection[int],
     error_of: Callable[[httpx.Response], tuple[str, str]],
     between_rounds: Callable[[], None],
+    wait_for_unreachable: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """The JSON of each change event of `GET path?params`, asked of each node `plan()`
     names in turn (its URLs, with whether it is a standby: all are asked alike), round after
     round (`between_rounds()` after each: refresh the map). An answer of a status not in
-    `retryable` raises `ClientError` with its code and message (`error_of`)."""
+    `retryable` raises `ClientError` with its code and message (`error_of`). Unless
+    `wait_for_unreachable`, a first round in which no node accepts a connection raises
+    `NodesUnreachable`."""
     last: str | None = None
+    unreached: dict[str, str] | None = {}  # None once a node accepted a connection
     while True:
         for url, _ in plan():
             headers = {} if last is None else {"last-event-id": last}
@@ -47,6 +51,7 @@ def follow(
                 with http.stream(
                     "GET", url + path, params=params, headers=headers, timeout=timeout
                 ) as r:
+                    unreached = None
                     if r.status_code != 200:
                         r.read()
                         if r.status_code not in retryable:
@@ -61,7 +66,16 @@ def follow(
                             last = event.event_id or last
                             if event.name == "message":
                                 yield orjson.loads(event.data)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if unreached is not None:
+                    unreached[url] = str(exc) or exc.__class__.__name__
+                continue
             except httpx.HTTPError:
                 continue
+        if not wait_for_unreachable and unreached:
+            raise NodesUnreachable(
+                "no node accepted a connection: "
+                + "; ".join(f"{url}: {why}" for url, why in unreached.items())
+            )
         between_rounds()
         time.sleep(_PAUSE_S)

@@ -15,6 +15,8 @@
     │   └── StorageFault       RocksDB reported corruption or an I/O error: rebuild
     │       └── DiskFull       no space left: retry once space returns
     └── ClientError            the Python client could not get an answer from any node
+        ├── BadNodeUrl         a node URL that is not http(s)://HOST[:PORT]
+        └── NodesUnreachable   no node accepted a connection (the client was told not to wait)
 
 Failures of a *query* (absent key, partition restoring, not the owner) are not exceptions:
 they are values (`sparkiq.core.queries.FailureReason`) that only the HTTP layer maps to statuses.
@@ -83,3 +85,11 @@ class DiskFull(StorageFault):
 
 class ClientError(SparkiqError):
     """The Python client could not get an answer from any node."""
+
+
+class BadNodeUrl(ClientError):
+    """A node URL that is not http(s)://HOST[:PORT]."""
+
+
+class NodesUnreachable(ClientError):
+    """No node accepted a connection, and the client was told not to wait for one."""

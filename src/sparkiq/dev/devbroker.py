@@ -19,6 +19,7 @@ from types import TracebackType
 from sparkiq.core.errors import BrokerError
 from sparkiq.dev.ports import free_port
 from sparkiq.dev.processes import stop_process
+from sparkiq.kafka.clientlog import LOG_CONF
 
 
 def broker_binary() -> str:
@@ -114,7 +115,7 @@ class DevBroker:
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
                     pass
-                admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+                admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **LOG_CONF})
                 admin.list_topics(timeout=2)
                 return
             except Exception as exc:

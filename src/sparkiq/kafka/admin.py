@@ -14,6 +14,7 @@ from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from sparkiq.core.errors import KafkaError, TopicNotFoundError
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 
@@ -56,7 +57,7 @@ def admin_client(
     conf.update(extra or {})
     if errors is not None:
         conf["error_cb"] = errors
-    return AdminClient(conf)
+    return AdminClient({**conf, **LOG_CONF})
 
 
 def create_topic(

@@ -34,6 +34,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from sparkiq.core.errors import CatalogError, KafkaError, SparkiqError, TopicNotFoundError
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -189,6 +190,7 @@ def _publish(
             "enable.idempotence": False,
             "message.timeout.ms": int(timeout_s * 1000),
             **security.librdkafka_conf(),
+            **LOG_CONF,
         }
     )
     try:
@@ -258,6 +260,7 @@ def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int, security: KafkaSecu
             "enable.partition.eof": True,
             "fetch.wait.max.ms": fetch_wait_ms,
             **security.librdkafka_conf(),
+            **LOG_CONF,
         }
     )
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.endreports import lists_true_ends
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -71,7 +72,7 @@ def probe_consumer(
     conf.update(_PROBE_CONF)
     if max_partition_fetch_bytes is not None:
         conf["max.partition.fetch.bytes"] = max_partition_fetch_bytes
-    return Consumer(conf)
+    return Consumer({**conf, **LOG_CONF})
 
 
 def watermarks(

@@ -33,6 +33,7 @@ from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress, 
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import (
     FOLLOWING_FETCH_BYTES,
     TopicPartitionKey,
@@ -105,7 +106,12 @@ class ProgressPublisher:
         self.topic = ensure_progress_topic(bootstrap, app=app, security=security)
         self.queries_topic = queries_topic(app)
         self._producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 0, **security.librdkafka_conf()}
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 0,
+                **security.librdkafka_conf(),
+                **LOG_CONF,
+            }
         )
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         # The changelog ends published last, the start of the next measurement (`_publish`).
@@ -271,6 +277,7 @@ class ProgressFollower:
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": _FOLLOW_FETCH_WAIT_MS,
                 **self._security.librdkafka_conf(),
+                **LOG_CONF,
             }
         )
         try:

@@ -23,10 +23,12 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
 from sparkiq.core.errors import KafkaError
+from sparkiq.core.formatcheck import SampledRecord
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
-__all__ = ["sample_keys"]
+__all__ = ["SampledRecord", "sample_keys", "sample_records"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,28 @@ def sample_keys(
     beginning; null-key records are skipped. Returns within about *timeout_s* with what
     was read by then; an empty topic returns ``[]`` at once.
     """
+    records = sample_records(
+        bootstrap,
+        topic,
+        num_partitions,
+        max_records=max_records,
+        timeout_s=timeout_s,
+        security=security,
+    )
+    return [(r.partition, r.key) for r in records]
+
+
+def sample_records(
+    bootstrap: str,
+    topic: str,
+    num_partitions: int,
+    *,
+    max_records: int = 3000,
+    timeout_s: float = 5.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[SampledRecord]:
+    """The first keyed records of every partition of *topic*, as `sample_keys` picks them,
+    with their offsets and values."""
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     if max_records < 1:
@@ -82,6 +106,7 @@ def _sample_consumer(bootstrap: str, security: KafkaSecurity) -> Consumer:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": _FETCH_WAIT_MS,
+            **LOG_CONF,
             # Reads start at offset 0, not OFFSET_BEGINNING: resolving that costs the dev
             # broker ~0.5 s on a large partition. Where retention removed offset 0, the
             # reset goes to the earliest offset left.
@@ -120,7 +145,7 @@ class _Reader:
         self.topic = topic
         self.ends = ends
         self.per_partition = per_partition
-        self.samples: list[tuple[int, bytes]] = []
+        self.samples: list[SampledRecord] = []
         self.taken = dict.fromkeys(ends, 0)
         self.next_offset = dict.fromkeys(ends, 0)
         self.pending = {p for p, end in ends.items() if end > 0}
@@ -170,7 +195,7 @@ class _Reader:
         self.next_offset[partition] = offset + 1
         key = msg.key()
         if key is not None:
-            self.samples.append((partition, key))
+            self.samples.append(SampledRecord(partition, offset, key, msg.value()))
             self.taken[partition] += 1
         if (
             self.taken[partition] >= self.per_partition

@@ -148,13 +148,18 @@ class NodeSettings(TunableHttpSettings, BaseSettings):
     def _check_listen(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"listen must be host:port, got {value!r}")
+            raise ValueError(
+                f"listen must be host:port with a port of 1-65535, got {value!r}; write e.g. "
+                "--listen 127.0.0.1:8101"
+            )
         return value
 
     @model_validator(mode="after")
     def _check_tls(self) -> NodeSettings:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file go together")
+            raise ValueError(
+                "--tls-cert-file and --tls-key-file go together: give both, or neither"
+            )
         return self
 
     @model_validator(mode="after")

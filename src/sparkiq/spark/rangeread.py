@@ -39,6 +39,7 @@ from pyspark.sql.types import (
 )
 
 from sparkiq.core.errors import KafkaError
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.consumers import TUNED_READ_CONF
 
 _log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ def _borrow(options: ReadOptions, wait_ms: int) -> Consumer:
     conf.update(TUNED_READ_CONF)  # never commits, never joins a group
     conf["fetch.wait.max.ms"] = wait_ms  # see FETCH_WAITS_MS
     conf.update(dict(options.kafka_config))
-    return Consumer(conf)
+    return Consumer({**conf, **LOG_CONF})
 
 
 def _give_back(options: ReadOptions, wait_ms: int, consumer: Consumer) -> None:

@@ -47,6 +47,7 @@ from pyspark.sql.types import (
 from sparkiq.core.errors import ConfigError, KafkaError
 from sparkiq.core.partitioner import partition_for
 from sparkiq.kafka.admin import count_partitions
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.spark.options import (
     FORMAT_NAME,
     bootstrap_servers,
@@ -212,7 +213,7 @@ def new_producer(options: SinkOptions) -> Producer:
     conf: dict[str, str | int | float | bool] = {"bootstrap.servers": options.bootstrap_servers}
     conf.update(_PRODUCER_CONF)
     conf.update(dict(options.kafka_config))
-    return Producer(conf)
+    return Producer({**conf, **LOG_CONF})
 
 
 def _producer(options: SinkOptions) -> Producer:

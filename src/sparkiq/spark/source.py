@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import FOLLOWING_FETCH_BYTES, ends_from
 from sparkiq.kafka.security import KafkaSecurity, is_security_setting
 from sparkiq.spark.options import (
@@ -228,7 +229,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "max.partition.fetch.bytes": FOLLOWING_FETCH_BYTES,
             }
             conf.update(dict(self.options.kafka_config))
-            self._probe = Consumer(conf)
+            self._probe = Consumer({**conf, **LOG_CONF})
         return self._probe
 
     def _security(self) -> KafkaSecurity:

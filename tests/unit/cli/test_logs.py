@@ -34,6 +34,27 @@ def json_lines(stream: io.StringIO) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in stream.getvalue().splitlines() if line]
 
 
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("DEBUG", True)])
+def test_the_kafka_libraries_lines_are_written_at_debug_only(level: str, shown: bool) -> None:
+    aiokafka = logging.getLogger("aiokafka")
+    before = aiokafka.level, aiokafka.propagate
+    stream = io.StringIO()
+    try:
+        configure_logging(level, LogFormat.TEXT, stream=stream)
+        aiokafka.warning("Unable connect to node with id 1")
+        aiokafka.debug("a debug line of aiokafka's")  # too chatty even when debugging
+        logging.getLogger("sparkiq.librdkafka").debug("ERROR FAIL [rdkafka] refused")
+        logging.getLogger("sparkiq.group").warning("sparkiq's own warning")
+    finally:
+        aiokafka.setLevel(before[0])
+        aiokafka.propagate = before[1]
+    text = stream.getvalue()
+    assert ("Unable connect to node" in text) is shown
+    assert ("[rdkafka] refused" in text) is shown
+    assert "a debug line of aiokafka's" not in text
+    assert "sparkiq's own warning" in text
+
+
 def test_json_lines_carry_node_request_id_and_exception() -> None:
     out = io.StringIO()
     configure_logging("INFO", LogFormat.JSON, node=NODE, stream=out)

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -149,3 +150,95 @@ def test_install_says_where_the_jars_are() -> None:
     result = CliRunner().invoke(main, ["install", "kafka"])
     assert result.exit_code == 0, result.output
     assert re.search(r"Apache Kafka 4\.4\.0: \d+ jars in \S+kafka-4\.4\.0", result.output)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (
+            ["--url", "NODE"],
+            {},
+            "sparkiq: no node accepted a connection: NODE: [Errno 111] Connection refused; "
+            "give a running node's URL with --url (or SPARKIQ_URL)",
+        ),
+        (
+            [],
+            {"SPARKIQ_URL": "NODE"},
+            "sparkiq: no node accepted a connection: NODE: [Errno 111] Connection refused; "
+            "the URL came from SPARKIQ_URL: set it to a running node's URL, or give --url",
+        ),
+        (
+            ["--url", "127.0.0.1:9"],
+            {},
+            "sparkiq: node URL '127.0.0.1:9' is not http(s)://HOST[:PORT]; write e.g. "
+            "http://127.0.0.1:9 (given with --url)",
+        ),
+    ],
+    ids=["refused", "refused-from-env", "malformed"],
+)
+@pytest.mark.parametrize("command", [["get", "t", "k"], ["watch", "t", "k"], ["range", "t"]])
+def test_a_client_command_whose_node_refuses_fails_at_once_saying_how_to_point_it(
+    command: list[str], args: list[str], env: dict[str, str], said: str
+) -> None:
+    node = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    args = [a.replace("NODE", node) for a in args]
+    env = {k: v.replace("NODE", node) for k, v in env.items()}
+    started = time.monotonic()
+    result = CliRunner().invoke(main, [*command, *args], env=env)
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [said.replace("NODE", node)]
+    assert time.monotonic() - started < 3.0
+
+
+def test_without_url_the_default_node_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARKIQ_URL", raising=False)
+    result = CliRunner().invoke(main, ["get", "t", "k"])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith(
+        "no --url was given, so http://127.0.0.1:8100 was asked: give a running node's URL "
+        "with --url or SPARKIQ_URL"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--listen", "127.0.0.1:0"],
+            "Error: --listen: listen must be host:port with a port of 1-65535, got "
+            "'127.0.0.1:0'; write e.g. --listen 127.0.0.1:8101",
+        ),
+        (
+            ["--advertised-url", "node-1"],
+            "Error: advertised URL 'node-1' must be http(s)://HOST:PORT, the address other "
+            "nodes and clients reach this node at; write e.g. --advertised-url "
+            "http://10.0.0.5:8101",
+        ),
+    ],
+)
+def test_a_bad_serve_setting_is_one_line_saying_what_to_write(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(
+        main, ["serve", "--bootstrap-servers", "127.0.0.1:1", "--auth", "none", *args]
+    )
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == said
+    assert "pydantic" not in result.output
+
+
+def test_serve_with_an_unreachable_broker_says_so_at_once_in_one_line() -> None:
+    closed = free_port()
+    started = time.monotonic()
+    serve = ["serve", "--bootstrap-servers", f"127.0.0.1:{closed}", "--auth", "none"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkiq", *serve, "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"sparkiq: cannot reach a Kafka broker at 127.0.0.1:{closed} (127.0.0.1:{closed}: "
+        "connection refused); check --bootstrap-servers (or SPARKIQ_BOOTSTRAP_SERVERS) and "
+        "that the brokers run and listen there"
+    ]
+    assert time.monotonic() - started < 5.0

@@ -11,14 +11,20 @@ import pytest
 
 
 def serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "sparkiq", "serve", "--auth", "none"]
-    command += ["--state-dir", str(tmp_path / "state"), "--bootstrap-servers", "127.0.0.1:1"]
-    return subprocess.run(
-        [*command, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # Something listens at the bootstrap address (the node looks before it starts), but it
+    # is never asked anything: the listen address fails first.
+    with socket.socket() as broker:
+        broker.bind(("127.0.0.1", 0))
+        broker.listen()
+        bootstrap = f"127.0.0.1:{broker.getsockname()[1]}"
+        command = [sys.executable, "-m", "sparkiq", "serve", "--auth", "none"]
+        command += ["--state-dir", str(tmp_path / "state"), "--bootstrap-servers", bootstrap]
+        return subprocess.run(
+            [*command, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from sparkiq.client import Client
-from sparkiq.core.errors import ClientError
+from sparkiq.core.errors import BadNodeUrl, ClientError, NodesUnreachable
 from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.tables import TableDef, TableKind
 from sparkiq.dev.ports import free_port
@@ -335,3 +336,63 @@ async def test_watch_resumes_on_another_node_without_repeating_or_going_back(
     assert [e["value"] for e in events] == [None, *({"n": n} for n in range(1, 6))]
     assert [e["node"] for e in events] == [a, a, a, c, c, c]
     assert [e["offset"] for e in events] == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("given", "example"),
+    [
+        ("127.0.0.1:9999", "http://127.0.0.1:9999"),
+        ("ftp://127.0.0.1:9999", "http://127.0.0.1:8100"),
+        ("http://127.0.0.1:99999", "http://127.0.0.1:8100"),
+        ("http://", "http://127.0.0.1:8100"),
+    ],
+)
+def test_a_url_that_is_not_http_host_port_is_refused_at_once(given: str, example: str) -> None:
+    with pytest.raises(BadNodeUrl) as caught:
+        Client(given)
+    assert str(caught.value) == (
+        f"node URL {given!r} is not http(s)://HOST[:PORT]; write e.g. {example}"
+    )
+
+
+def test_nodes_that_refuse_fail_at_once_when_told_not_to_wait() -> None:
+    dead = [url(), url()]
+    started = time.monotonic()
+    with (
+        Client(dead, budget_s=30.0, wait_for_unreachable=False) as client,
+        pytest.raises(NodesUnreachable, match="no node accepted a connection: http://") as caught,
+    ):
+        client.get("users", "user-1")
+    assert time.monotonic() - started < 3.0
+    assert all(u in str(caught.value) for u in dead)
+    assert "Connection refused" in str(caught.value)
+    with (
+        Client(dead, budget_s=30.0, wait_for_unreachable=False) as client,
+        pytest.raises(NodesUnreachable),
+    ):
+        next(iter(client.watch("users", "user-1")))
+    assert time.monotonic() - started < 6.0
+
+
+def test_by_default_refusing_nodes_are_tried_until_the_budget_is_spent() -> None:
+    started = time.monotonic()
+    with (
+        Client(url(), budget_s=0.8) as client,
+        pytest.raises(ClientError, match=r"no answer within 0\.8s") as caught,
+    ):
+        client.get("users", "user-1")
+    assert not isinstance(caught.value, NodesUnreachable)
+    assert time.monotonic() - started >= 0.8
+
+
+async def test_a_node_that_answers_is_not_unreachable(stack: AsyncExitStack) -> None:
+    """One node accepting (even with 503s) keeps the client trying within its budget."""
+    active, standby = url(), url()
+    await standby_node(stack, standby, active, lag=50_000)  # too far behind: 503
+
+    def read() -> None:
+        with Client([active, standby], budget_s=0.8, wait_for_unreachable=False) as client:
+            client.get("users", "user-1")
+
+    with pytest.raises(ClientError, match=r"no answer within 0\.8s"):
+        await asyncio.to_thread(read)

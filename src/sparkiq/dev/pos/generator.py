@@ -17,6 +17,7 @@ import orjson
 from confluent_kafka import Producer
 
 from sparkiq.core.errors import KafkaError
+from sparkiq.kafka.clientlog import LOG_CONF
 
 Invoice = dict[str, Any]
 
@@ -161,7 +162,12 @@ def produce_invoices(
     Returns the invoices written (malformed records are not invoices and not returned).
     """
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 10}
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 10,
+            **LOG_CONF,
+        }
     )
     written: list[Invoice] = []
     started = time.monotonic()
@@ -189,7 +195,9 @@ def produce_invoices(
 def produce_one(bootstrap: str, topic: str, invoice: Invoice) -> tuple[int, int]:
     """Write one invoice and wait for Kafka to take it: its (partition, offset), what a
     read of the tables with ``after_source=TOPIC:PARTITION:OFFSET`` names."""
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", **LOG_CONF}
+    )
     where: list[tuple[int, int]] = []
     failed: list[str] = []
 

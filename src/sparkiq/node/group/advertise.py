@@ -65,7 +65,7 @@ def check_advertised(url: str, bootstrap: str) -> None:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
         raise ValueError(
             f"advertised URL {url!r} must be http(s)://HOST:PORT, the address other nodes "
-            "and clients reach this node at"
+            "and clients reach this node at; write e.g. --advertised-url http://10.0.0.5:8101"
         )
     host = parts.hostname
     if is_wildcard(host):

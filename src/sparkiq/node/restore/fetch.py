@@ -9,6 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.topology import TopicPartition
+from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -30,7 +31,7 @@ def new_consumer(
     conf.update(security.librdkafka_conf())
     conf.update(CONSUMER_CONF)
     conf.update(overrides)
-    return Consumer(conf)
+    return Consumer({**conf, **LOG_CONF})
 
 
 class Fetching:
