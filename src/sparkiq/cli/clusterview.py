@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
-from sparkiq.core.errors import ClientError
+from sparkiq.core.errors import ClientError, NodesUnreachable
 
 
 def fetch_metadata(
@@ -25,15 +25,22 @@ def fetch_metadata(
     """The metadata of the first node that answers (through `http`: credentials, trust)."""
     get = http.get if http is not None else httpx.get
     errors = []
+    reached = False
     for url in urls:
         try:
             resp = get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
+            reached = True
             if resp.status_code == 200:
                 meta: dict[str, Any] = resp.json()
                 return meta
             errors.append(f"{url}: HTTP {resp.status_code}")
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
             errors.append(f"{url}: {exc}")
+        except httpx.HTTPError as exc:
+            reached = True
+            errors.append(f"{url}: {exc}")
+    if not reached:
+        raise NodesUnreachable("no node accepted a connection: " + "; ".join(errors))
     raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
 
 

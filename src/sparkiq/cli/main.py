@@ -299,9 +299,12 @@ def cluster(
 
     from sparkiq.cli.clusterview import render_cluster, watch_cluster
     from sparkiq.client import credential_headers
+    from sparkiq.client.client import checked_node_url
     from sparkiq.http.tls import client_context
 
     def run() -> None:
+        for url in urls:
+            checked_node_url(url)
         verify = client_context(ca_file) if ca_file is not None else True
         headers = credential_headers(token, api_key)
         with httpx.Client(headers=headers, verify=verify) as http:

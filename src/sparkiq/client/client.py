@@ -92,7 +92,7 @@ class Client:
         seeds = [urls] if isinstance(urls, str) else list(urls)
         if not seeds:
             raise BadNodeUrl("Client needs at least one node URL, e.g. http://127.0.0.1:8100")
-        self._seeds = [_checked_url(u) for u in seeds]
+        self._seeds = [checked_node_url(u) for u in seeds]
         self._wait_for_unreachable = wait_for_unreachable
         self._budget_s = budget_s
         self._max_lag = max_lag
@@ -520,7 +520,7 @@ class Client:
             self.refresh()
 
 
-def _checked_url(url: str) -> str:
+def checked_node_url(url: str) -> str:
     """`url` without a trailing slash; BadNodeUrl unless it is http(s)://HOST[:PORT]."""
     parts = urlsplit(url)
     try:

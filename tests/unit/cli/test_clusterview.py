@@ -18,7 +18,7 @@ def test_watch_renders_each_round_and_goes_on_when_no_node_answers() -> None:
     watch_cluster([dead], interval_s=0.5, out=out, rounds=3, sleep=pauses.append)
     text = out.getvalue()
     assert text.count("(every 0.5s)") == 3
-    assert text.count("no node answered /v1/metadata") == 3
+    assert text.count("no node accepted a connection") == 3
     assert "\x1b[2J" not in text  # not a terminal: blocks one after another
     assert pauses == [0.5, 0.5]  # no pause after the last round
 

@@ -176,7 +176,10 @@ def test_install_says_where_the_jars_are() -> None:
     ],
     ids=["refused", "refused-from-env", "malformed"],
 )
-@pytest.mark.parametrize("command", [["get", "t", "k"], ["watch", "t", "k"], ["range", "t"]])
+@pytest.mark.parametrize(
+    "command",
+    [["get", "t", "k"], ["watch", "t", "k"], ["range", "t"], ["changes", "t"], ["cluster"]],
+)
 def test_a_client_command_whose_node_refuses_fails_at_once_saying_how_to_point_it(
     command: list[str], args: list[str], env: dict[str, str], said: str
 ) -> None:
