@@ -164,11 +164,42 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     # The Kafka libraries' own lines (aiokafka's, and librdkafka's through
-    # `sparkiq.kafka.clientlog`) reach the log at DEBUG only: at other levels sparkiq says
-    # what went wrong itself. aiokafka's handlers of its own (the group member listens for
-    # a refused login) still see its records.
+    # `sparkiq.kafka.clientlog`) reach the log at DEBUG only. At other levels aiokafka's
+    # warnings (a broker that went away, say) become one line of sparkiq's now and then.
+    # aiokafka's handlers of its own (the group member listens for a refused login) still
+    # see its records.
     debug = root.getEffectiveLevel() <= logging.DEBUG
     aiokafka = logging.getLogger("aiokafka")
     aiokafka.setLevel(logging.INFO if debug else logging.WARNING)
     aiokafka.propagate = debug
+    for old in [h for h in aiokafka.handlers if isinstance(h, KafkaClientSummary)]:
+        aiokafka.removeHandler(old)
+    if not debug:
+        aiokafka.addHandler(KafkaClientSummary())
     return handler
+
+
+class KafkaClientSummary(logging.Handler):
+    """aiokafka's warnings as one `sparkiq.kafka` warning per `every_s` (the first at once):
+    the Kafka client retries a lost broker several times a second, each with a line."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__(logging.WARNING)
+        self.every_s = every_s
+        self._said_at: float | None = None
+        self._since = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        now = time.monotonic()
+        if self._said_at is not None and now - self._said_at < self.every_s:
+            self._since += 1
+            return
+        more = f"; {self._since} more such lines since the last" if self._since else ""
+        self._said_at, self._since = now, 0
+        logging.getLogger("sparkiq.kafka").warning(
+            "the Kafka client reports: %s%s (said once per %gs; --log-level debug shows "
+            "every line)",
+            record.getMessage(),
+            more,
+            self.every_s,
+        )

@@ -37,7 +37,7 @@ def json_lines(stream: io.StringIO) -> list[dict[str, object]]:
 @pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("DEBUG", True)])
 def test_the_kafka_libraries_lines_are_written_at_debug_only(level: str, shown: bool) -> None:
     aiokafka = logging.getLogger("aiokafka")
-    before = aiokafka.level, aiokafka.propagate
+    before = aiokafka.level, aiokafka.propagate, list(aiokafka.handlers)
     stream = io.StringIO()
     try:
         configure_logging(level, LogFormat.TEXT, stream=stream)
@@ -48,11 +48,35 @@ def test_the_kafka_libraries_lines_are_written_at_debug_only(level: str, shown: 
     finally:
         aiokafka.setLevel(before[0])
         aiokafka.propagate = before[1]
+        aiokafka.handlers[:] = before[2]
     text = stream.getvalue()
-    assert ("Unable connect to node" in text) is shown
+    assert ("aiokafka: Unable connect to node" in text) is shown
     assert ("[rdkafka] refused" in text) is shown
     assert "a debug line of aiokafka's" not in text
     assert "sparkiq's own warning" in text
+
+
+def test_aiokafka_warnings_become_one_sparkiq_line_now_and_then(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    aiokafka = logging.getLogger("aiokafka")
+    before = aiokafka.level, aiokafka.propagate, list(aiokafka.handlers)
+    stream = io.StringIO()
+    try:
+        configure_logging("INFO", LogFormat.TEXT, stream=stream)
+        for _ in range(5):
+            aiokafka.warning("Unable connect to node with id 1: [Errno 111] Connection refused")
+    finally:
+        aiokafka.setLevel(before[0])
+        aiokafka.propagate = before[1]
+        aiokafka.handlers[:] = before[2]
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith(
+        "WARNING sparkiq.kafka: the Kafka client reports: Unable connect to node with id 1: "
+        "[Errno 111] Connection refused (said once per 60s; --log-level debug shows every line)"
+    )
+    assert capsys.readouterr().err == ""  # nothing through Python's last-resort handler
 
 
 def test_json_lines_carry_node_request_id_and_exception() -> None:
