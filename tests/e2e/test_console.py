@@ -226,6 +226,138 @@ def test_a_windowed_keys_chart_renders(
     no_errors(page)
 
 
+# Columns of the plot area (device pixels) that the bars' blue fills or strokes, as runs:
+# [first column, last column] of each bar, from the pixels on the chart's canvas.
+BAR_RUNS = """() => {
+  const box = document.querySelector(".chart-box");
+  const canvas = box.querySelector("canvas");
+  const c = canvas.getBoundingClientRect();
+  const o = box.querySelector(".u-over").getBoundingClientRect();
+  const r = devicePixelRatio;
+  const [x0, y0] = [Math.round((o.left - c.left) * r), Math.round((o.top - c.top) * r)];
+  const [w, h] = [Math.round(o.width * r), Math.round(o.height * r)];
+  const px = canvas.getContext("2d").getImageData(x0, y0, w, h).data;
+  const blue = (i) => px[i + 3] > 0 && px[i + 2] - px[i] > 80 && px[i + 2] - px[i + 1] > 60;
+  const runs = [];
+  let start = -1;
+  for (let x = 0; x <= w; x++) {
+    let any = false;
+    for (let y = 0; x < w && y < h && !any; y++) any = blue((y * w + x) * 4);
+    if (any && start < 0) start = x;
+    if (!any && start >= 0) {
+      runs.push([start, x - 1]);
+      start = -1;
+    }
+  }
+  return { width: w, runs };
+}"""
+
+
+def test_a_windowed_keys_chart_shows_every_bar_whole(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, data = served
+    p = page.page
+    store = "S1"
+    p.goto(f"{cluster.urls[1]}/ui/tables/{SALES}/keys/{store}")
+    p.locator(".chart-box canvas").wait_for()
+    p.locator("table.items tbody tr").first.wait_for()
+    counted = re.search(r"(\d+) windows", p.locator(".view").inner_text())
+    assert counted is not None
+    shown = int(counted[1])
+    assert shown == len(data.sales[store])
+    p.wait_for_function(f"({BAR_RUNS})().runs.length === {shown}")
+    drawn = p.evaluate(BAR_RUNS)
+    runs, width = drawn["runs"], drawn["width"]
+    # One run of columns per window, none cut by the plot's edges: a margin before the first
+    # and after the last, and the first and last as wide as the others.
+    assert len(runs) == shown, drawn
+    assert runs[0][0] > 0, drawn
+    assert runs[-1][1] < width - 1, drawn
+    widths = sorted(b - a + 1 for a, b in runs)
+    usual = widths[len(widths) // 2]
+    for a, b in (runs[0], runs[-1]):
+        assert abs((b - a + 1) - usual) <= 1, drawn
+    no_errors(page)
+
+
+def test_the_tables_page_shows_each_tables_lag(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    cluster, _ = served
+    p = page.page
+
+    from playwright.sync_api import expect  # not at import: the module may be skipped
+
+    for url in cluster.urls:
+        p.goto(f"{url}/ui/tables")
+        heads = p.locator("table.tables thead th")
+        heads.first.wait_for()
+        column = next(i for i, t in enumerate(heads.all_inner_texts()) if "active lag" in t)
+        for table in (ITEMS, SALES, PLACES):
+            cell = p.locator(f'tr[data-table="{table}"] td').nth(column)
+            # Every table is caught up once restored (nothing more is written to it): 0,
+            # over every partition or over the k of n whose active's lag this node knows.
+            known = r"^0( \([1-9]\d* of \d+ partitions known\))?$"
+            expect(cell).to_have_text(re.compile(known), timeout=WAIT_MS)
+        assert heads.nth(column).inner_text() == "active lag (max)"  # says which figure
+        no_errors(page)
+
+
+def test_the_lag_and_bar_helpers(
+    served: tuple[LocalCluster, ConsoleData], page: browser.Watched
+) -> None:
+    """The console's pure helpers, run in the browser: charts.barRange, lags.tableLag."""
+    cluster, _ = served
+    p = page.page
+    p.goto(f"{cluster.urls[0]}/ui/pipeline")
+    ranges = p.evaluate(
+        """async () => {
+        const { barRange } = await import("/ui/assets/charts.js");
+        return [barRange([], 60), barRange([120], 60), barRange([0, 60, 120], 60),
+                barRange([0, 60, 300, 330], 60)];
+    }"""
+    )
+    # Half the narrowest gap past either end; a lone x gets half a step; no data, no range.
+    assert ranges == [[None, None], [90, 150], [-30, 150], [-15, 345]]
+    a, b, c = "http://a", "http://b", "http://c"
+    meta = {
+        "node": a,
+        "local": [
+            {"table": "t", "partition": 0, "lag": 7},
+            {"table": "g", "partition": 0, "lag": 3},
+            {"table": "g", "partition": 1, "lag": 0},
+        ],
+        "partitions": [
+            # t: the active here (its lag now, not the one it reported), one that reported,
+            # one that did not.
+            {"table": "t", "partition": 0, "active": a, "lags": {a: 900}},
+            {"table": "t", "partition": 1, "active": b, "lags": {b: 5, a: 1}},
+            {"table": "t", "partition": 2, "active": c, "lags": {}},
+            # g (global): this node's own copies stand for the active's.
+            {"table": "g", "partition": 0, "active": b, "lags": {}},
+            {"table": "g", "partition": 1, "active": c, "lags": {c: 50}},
+            {"table": "u", "partition": 0, "active": c, "lags": {}},
+        ],
+    }
+    lags = p.evaluate(
+        """async (meta) => {
+        const { tableLag } = await import("/ui/assets/lags.js");
+        return [tableLag(meta, "t"), tableLag(meta, "g", true), tableLag(meta, "g"),
+                tableLag(meta, "u"), tableLag(meta, "none")];
+    }""",
+        meta,
+    )
+    assert lags == [
+        {"lag": 7, "known": 2, "partitions": 3},
+        {"lag": 3, "known": 2, "partitions": 2},
+        {"lag": 50, "known": 1, "partitions": 2},
+        {"lag": None, "known": 0, "partitions": 1},
+        {"lag": None, "known": 0, "partitions": 0},
+    ]
+    no_errors(page)
+
+
 def test_the_pipeline_page_shows_every_query(
     served: tuple[LocalCluster, ConsoleData], page: browser.Watched
 ) -> None:

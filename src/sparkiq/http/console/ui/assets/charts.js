@@ -4,9 +4,10 @@ const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"
 
 // A chart in `el` of `series` (labels) against time; `update(xs, ys)` redraws it with xs in
 // epoch ms and ys one array per series. With `twoScales`, a second series of another
-// magnitude (invoices beside sales) gets its own scale, on the right.
+// magnitude (invoices beside sales) gets its own scale, on the right. With `bars`, `step`
+// (ms) is the width a lone bar's column stands for (a window's size).
 export class TimeChart {
-  constructor(el, title, series, { height = 180, unit = "", bars = false, twoScales = false } = {}) {
+  constructor(el, title, series, { height = 180, unit = "", bars = false, twoScales = false, step = 0 } = {}) {
     this.el = el;
     this.el.classList.add("chart");
     const width = Math.max(260, el.clientWidth || 480);
@@ -20,8 +21,16 @@ export class TimeChart {
       height,
       legend: { live: false },
       cursor: { drag: { x: false, y: false } },
-      // Bars are lengths: their scale starts at zero.
-      scales: { x: { time: true }, ...(bars ? { y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } } : {}) },
+      scales: bars
+        ? {
+            // Bars are centred on their x: the x range reaches half a column past the first
+            // and last one, or they would be cut at the plot's edges. (The chart does not
+            // zoom, so the range is always the data's.)
+            x: { time: true, range: (u) => barRange(u.data[0], step / 1000) },
+            // Bars are lengths: their scale starts at zero.
+            y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] },
+          }
+        : { x: { time: true } },
       axes,
       series: [
         {},
@@ -50,6 +59,18 @@ export class TimeChart {
     window.removeEventListener("resize", this.resize);
     this.plot.destroy();
   }
+}
+
+// The x range that holds every bar of a chart whole, for xs in ascending order: uPlot gives
+// each bar a column as wide as the narrowest gap between neighbouring xs (the bar fills
+// `size[0]` of it, centred on its x), so the range reaches half that gap past the first and
+// the last x; a lone x gets a column of `step`. [null, null] (no range) without data.
+export function barRange(xs, step) {
+  if (!xs.length) return [null, null];
+  let gap = Infinity;
+  for (let i = 1; i < xs.length; i++) if (xs[i] > xs[i - 1]) gap = Math.min(gap, xs[i] - xs[i - 1]);
+  const half = (Number.isFinite(gap) ? gap : step > 0 ? step : 1) / 2;
+  return [xs[0] - half, xs[xs.length - 1] + half];
 }
 
 function fmt(n) {

@@ -2,6 +2,7 @@
 
 import { metadata } from "./api.js";
 import { h, hostOf, link, num, replace, section, table } from "./dom.js";
+import { replicaLags } from "./lags.js";
 
 const seen = new Map(); // node URL -> its label, for as long as the page is open
 
@@ -60,8 +61,7 @@ function nodeTable(meta, alive) {
 
 function partitionMap(meta) {
   // The lags the nodes reported at the last rebalance, and this node's own, as of now.
-  const own = new Map(meta.local.map((r) => [`${r.table}/${r.partition}`, r.lag]));
-  const lagOf = (p, url) => (url === meta.node && own.has(`${p.table}/${p.partition}`) ? own.get(`${p.table}/${p.partition}`) : p.lags[url]);
+  const lagOf = replicaLags(meta);
   const parts = new Map();
   for (const p of meta.partitions) {
     if (!parts.has(p.table)) parts.set(p.table, []);

@@ -77,7 +77,7 @@ export function keyView({ session, body, args }) {
       if (chart) chart.destroy();
       series = fields;
       replace(chartBox);
-      chart = new TimeChart(chartBox, `${key}: windows of ${summary.window_size_ms / 1000} s, by start`, fields.length ? fields : ["value"], { bars: true, twoScales: true });
+      chart = new TimeChart(chartBox, `${key}: windows of ${summary.window_size_ms / 1000} s, by start`, fields.length ? fields : ["value"], { bars: true, twoScales: true, step: summary.window_size_ms });
     }
     chart.update(
       items.map((w) => w.start),

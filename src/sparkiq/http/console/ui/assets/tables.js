@@ -2,6 +2,7 @@
 
 import { get, metadata } from "./api.js";
 import { h, link, num, replace, table } from "./dom.js";
+import { tableLag } from "./lags.js";
 
 // Fields of a /v1/tables entry shown in their own columns; any other field (freshness
 // figures a newer node adds, a description) is shown beside them.
@@ -12,14 +13,14 @@ export function tablesView({ session, body, offerTables }) {
   replace(
     body,
     h("h1", {}, "Tables"),
-    h("p", { class: "muted" }, "Freshness is what this node sees: its own replicas' applied offsets against the changelog end, and the lag each partition's active reported at the last rebalance."),
+    h("p", { class: "muted" }, "Freshness is what this node sees: its own replicas' applied offsets against the changelog end; and the lag of the table's actives, the most any partition's active is behind the changelog end (this node's own actives: now; the others': as they reported it at the last rebalance; \"k of n partitions known\" when this node knows the lag of only k of the table's n actives)."),
     list,
   );
   session.every(3000, async (signal) => {
     const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), metadata(signal)]);
     offerTables(doc.tables.map((t) => t.name));
     const rows = doc.tables.map((t) => row(t, meta));
-    replace(list, doc.tables.length ? table(["table", "kind", "key", "value", "partitions", "partitioner", "applied / end (this node)", "active lag", "more"], rows, "tables") : h("p", { class: "muted" }, "No table is registered yet (or none you may read)."));
+    replace(list, doc.tables.length ? table(["table", "kind", "key", "value", "partitions", "partitioner", "applied / end (this node)", "active lag (max)", "more"], rows, "tables") : h("p", { class: "muted" }, "No table is registered yet (or none you may read)."));
   });
 }
 
@@ -33,16 +34,7 @@ function row(t, meta) {
     end += r.end;
     held += 1;
   }
-  let activeLag = 0;
-  let known = 0;
-  for (const p of meta.partitions) {
-    if (p.table !== t.name || !p.active) continue;
-    const lag = p.lags[p.active];
-    if (lag !== undefined) {
-      activeLag = Math.max(activeLag, lag);
-      known += 1;
-    }
-  }
+  const lag = tableLag(meta, t.name, t.kind === "global");
   const extra = Object.entries(t).filter(([k]) => !KNOWN.has(k));
   if (t.misplaced_records) extra.unshift(["misplaced_records", t.misplaced_records]);
   const kind = t.kind === "windowed" && t.window_size_ms ? `windowed (${t.window_size_ms / 1000} s)` : t.kind;
@@ -56,7 +48,12 @@ function row(t, meta) {
     h("td", { class: "n" }, String(t.partitions)),
     h("td", {}, t.partitioner || ""),
     h("td", { class: "n" }, held ? `${num(applied)} / ${num(end)}${end > applied ? ` (${num(end - applied)} behind)` : " ✓"}` : "no replica here"),
-    h("td", { class: "n" }, known ? num(activeLag) : "–"),
+    h("td", { class: "n" }, lagText(lag)),
     h("td", { class: "more" }, extra.map(([k, v]) => h("div", {}, `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`))),
   );
+}
+
+function lagText({ lag, known, partitions }) {
+  if (lag === undefined) return "–";
+  return known < partitions ? [num(lag), h("span", { class: "muted" }, ` (${known} of ${partitions} partitions known)`)] : num(lag);
 }
