@@ -108,3 +108,38 @@ def test_every_node_answers_every_key_itself_and_through_a_kill(
     with httpx.Client() as http:
         for node in survivors:
             assert http.get(f"{node.url}/readyz", timeout=5).status_code == 200
+
+
+def test_the_last_survivor_answers_every_key_itself_at_once(
+    cluster: tuple[LocalCluster, Oracle],
+) -> None:
+    """kill -9 all nodes but one: the survivor answers every key from its own copy, also
+    for partitions whose active and standby were both on killed nodes, before and after the
+    group notices, without forwarding and without waiting."""
+    c, oracle = cluster
+    nodes = list(c.nodes)
+    for node in nodes:
+        assert local_partitions(node) == dict.fromkeys(range(PARTITIONS), "active")
+    meta = nodes[0].http_get("/v1/metadata", 5.0).json()
+    held = {p["partition"]: {p["active"], *p["standbys"]} for p in meta["partitions"]}
+    actives = {p["partition"]: p["active"] for p in meta["partitions"]}
+    # The survivor: the node that is the map's active of the fewest partitions.
+    survivor = min(nodes, key=lambda n: list(actives.values()).count(n.url))
+    assert any(url != survivor.url for url in actives.values())
+    for node in nodes:
+        if node is not survivor:
+            node.stop(kill=True)
+    started = time.monotonic()
+    check_every_key([survivor], oracle)
+    assert time.monotonic() - started < 5.0  # nothing waited on a dead node
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        check_every_key([survivor], oracle)  # and all the while the group rebalances
+        meta = survivor.http_get("/v1/metadata", 5.0).json()
+        if [n["url"] for n in meta["nodes"]] == [survivor.url]:
+            break
+    else:
+        pytest.fail("the survivor's map still names the killed nodes")
+    check_every_key([survivor], oracle)
+    assert forwarded(survivor) == 0
+    assert held  # every partition was held by every node before the kills
