@@ -125,20 +125,27 @@ class Client:
             raise ClientError(f"{token[:80]!r} is not a consistency token: {exc}") from exc
 
     def tables(self) -> list[dict[str, Any]]:
+        """The tables the caller may read, as `GET /v1/tables` lists them (a dict each:
+        name, topic, partitions, kind, formats, partitioner, ...), from any node."""
         tables: list[dict[str, Any]] = self._request_any("GET", "/v1/tables")["tables"]
         return tables
 
     def metadata(self) -> dict[str, Any]:
+        """The cluster map as any node sees it: the answer of `GET /v1/metadata` (nodes,
+        tables, each partition's active, standbys and lags, the node's own replicas)."""
         return self._request_any("GET", "/v1/metadata")
 
     def get_entry(self, table: str, key: object) -> dict[str, Any] | None:
-        """The whole answer for one key (value, partition, offset, node), or None if absent."""
+        """The whole answer for one key, or None if the key is absent: a dict of `table`,
+        `key`, `value`, `partition`, `offset` (the changelog offset the answer reflects),
+        `token` (the consistency token), `node` (the URL that read it) and `standby`."""
         text = key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}"
         return self._request_routed("GET", path, table, text, absent_ok=True)
 
     def get(self, table: str, key: object) -> Any:
-        """The value of one key, or None if the key is absent."""
+        """The value of one key only, or None if the key is absent (`get_entry` gives the
+        whole answer: partition, offset, token, node)."""
         entry = self.get_entry(table, key)
         return None if entry is None else entry["value"]
 
@@ -187,8 +194,9 @@ class Client:
         page_size: int = 500,
         order: str = "asc",
     ) -> Iterator[tuple[Any, Any]]:
-        """Every (key, value) in key order (`order="desc"`: from the last key down),
-        following cursors page by page."""
+        """An iterator of every (key, value) in key order (`order="desc"`: from the last key
+        down) between `from_` and `to` (inclusive) or with `prefix`, following cursors page
+        by page."""
         params = page_query(None, None, order, page_size, **{"from": from_, "to": to})
         if prefix is not None:
             params["prefix"] = prefix
@@ -292,6 +300,9 @@ class Client:
         )
 
     def owner(self, table: str, key: object) -> dict[str, Any]:
+        """The nodes that hold the key's partition, as the key's active node's map has them:
+        {"table", "key", "partition", "active", "standbys"} (`active` None while nobody is
+        assigned). Reads no store."""
         text = key_text(key)
         path = f"/v1/tables/{quote(table, safe='')}/keys/{quote(text, safe='')}/owner"
         answer = self._request_routed("GET", path, table, text, reads=False)
@@ -314,6 +325,7 @@ class Client:
         raise ClientError(f"no node answered /v1/metadata (tried {self._candidates()}): {last}")
 
     def close(self) -> None:
+        """Close the client's connections (leaving a `with Client(...)` block does it)."""
         self._http.close()
 
     def __enter__(self) -> Client:
