@@ -163,7 +163,12 @@ def serve(**options: Any) -> None:
 @click.argument("table_name", metavar="TABLE")
 @click.argument("key")
 @url_option()
-@click.option("--max-lag", type=int, default=None, help="Let a standby this close answer.")
+@click.option(
+    "--max-lag",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Let a standby this many offsets behind (or closer) answer.",
+)
 @credential_options
 def get(
     table_name: str,

@@ -75,7 +75,10 @@ class TableDef:
         if self.partitions < 1:
             raise CatalogError(f"table {self.name!r} needs at least one partition")
         if self.kind is TableKind.WINDOWED and not (self.window_size_ms or 0) > 0:
-            raise CatalogError(f"windowed table {self.name!r} needs window_size_ms > 0")
+            raise CatalogError(
+                f"windowed table {self.name!r} needs its window length: window_size_ms > 0 "
+                "(sparkiq table create --window-size-ms 60000 for one minute)"
+            )
         if self.kind is not TableKind.WINDOWED and self.window_size_ms is not None:
             raise CatalogError(f"table {self.name!r} is {self.kind.value}: it has no window size")
         if self.retention_ms is not None:

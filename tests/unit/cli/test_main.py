@@ -245,3 +245,9 @@ def test_serve_with_an_unreachable_broker_says_so_at_once_in_one_line() -> None:
         "that the brokers run and listen there"
     ]
     assert time.monotonic() - started < 5.0
+
+
+def test_a_negative_max_lag_is_refused_before_any_node_is_asked() -> None:
+    result = CliRunner().invoke(main, ["get", "t", "k", "--max-lag", "-5"])
+    assert result.exit_code == 2
+    assert "-5 is not in the range x>=0" in result.output

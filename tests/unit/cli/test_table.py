@@ -284,3 +284,14 @@ def test_an_unreachable_broker_is_one_message_within_seconds_and_no_client_log(
         "that the brokers run and listen there"
     ]
     assert took < 5.0
+
+
+def test_a_windowed_table_without_its_window_length_says_which_option_gives_it(
+    bootstrap: str, unique_name: Namer
+) -> None:
+    app = unique_name("cliapp")
+    topic = string_keys_json_values(bootstrap, unique_name)
+    code, out = create(bootstrap, app, "w", "--topic", topic, "--kind", "windowed")
+    assert code == 2
+    assert "--window-size-ms 60000" in out
+    assert read_catalog(bootstrap, app=app) == {}
