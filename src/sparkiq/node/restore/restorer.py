@@ -410,6 +410,8 @@ class Restorer(Healing):
                         # checkpoint moves with them, so the gap is not fetched again.
                         replica.store.apply((), eof, wal=replica.wal)
                         replica.advance(eof)
+                    if eof is not None and eof == replica.position:
+                        replica.reach_tail(eof)
                 except StorageFault:
                     out_of_step = True  # the replica is FAILED (`_on_fault`); healed later
                 except StoreError as exc:
@@ -477,8 +479,8 @@ class Restorer(Healing):
         with self._lock:
             for tp, high in marks.items():
                 replica = self._replicas.get(tp)
-                if replica is not None and high > replica.end:
-                    replica.end = high
+                if replica is not None:
+                    replica.raise_end(high)
             self._publish()
 
     def _refresh_disk_lags(self, probe: Consumer | None) -> None:
