@@ -6,14 +6,20 @@
   a transaction marker (the end offset counts markers, so no record sits at end - 1), and
   their `/v1/metadata` positions, the answers' `offset`/`token` and `after=` reads agree
   with the true ends, before and after more transactions arrive while they run.
+- The log start moves: while two nodes are stopped, the records after their stores'
+  positions are removed from two changelogs, one by a short retention (`cleanup.policy=
+  delete`), one by DeleteRecords. Restarted, the nodes (each the active of some partitions
+  and the standby of the others) go on from the log start without stalling, log and count
+  the offsets they skipped, and hold what they had plus every record from the log start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +27,17 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkiq.core.tables import TableDef
+from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
@@ -42,7 +57,9 @@ def _app(prefix: str) -> str:
     return f"{prefix}{int(time.time() * 1000) % 10**9}"
 
 
-def end_offsets(bootstrap: str, topic: str, *, committed: bool = True) -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, *, committed: bool = True, partitions: int = PARTITIONS
+) -> dict[int, int]:
     """Each partition's end as Kafka lists it (read_committed: the last stable offset)."""
     consumer = Consumer(
         {
@@ -54,10 +71,14 @@ def end_offsets(bootstrap: str, topic: str, *, committed: bool = True) -> dict[i
     try:
         return {
             p: consumer.get_watermark_offsets(CTopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
+            for p in range(partitions)
         }
     finally:
         consumer.close()
+
+
+def end_offsets_of(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    return end_offsets(bootstrap, topic, partitions=partitions)
 
 
 def local_positions(node: NodeProcess, table: str) -> dict[int, tuple[str, int, int, int]]:
@@ -267,3 +288,177 @@ def test_transactions_only_committed_records_are_served(
         wait_positions(nodes, table, tx.topic, ends)
         check_answers(nodes, table, tx)
         check_tokens(nodes, table, tx)
+
+
+# A broker of its own for the tests that need Kafka to delete and clean logs within seconds.
+CLEANING_BROKER = {
+    "log.retention.check.interval.ms": "500",
+    "log.segment.delete.delay.ms": "0",
+    "log.cleaner.backoff.ms": "300",
+}
+
+
+@pytest.fixture(scope="module")
+def cleaning_bootstrap() -> Iterator[str]:
+    with KafkaBroker(settings=CLEANING_BROKER) as b:
+        yield b.bootstrap_servers
+        gc.collect()
+
+
+Produced = list[tuple[str, Any | None, int, int]]  # (key, value, partition, offset)
+
+
+def produce_records(bootstrap: str, topic: str, records: list[tuple[str, Any | None]]) -> Produced:
+    """Write *records* (value None: a tombstone); what Kafka stored, with partitions and offsets."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5}
+    )
+    out: Produced = []
+
+    def on_delivery(err: Any, msg: Message) -> None:
+        assert err is None, f"delivery failed: {err}"
+        raw = msg.value()
+        value = None if raw is None else orjson.loads(raw)
+        out.append(((msg.key() or b"").decode(), value, msg.partition() or 0, msg.offset() or 0))
+
+    for key, value in records:
+        producer.produce(
+            topic,
+            key=key.encode(),
+            value=None if value is None else orjson.dumps(value),
+            on_delivery=on_delivery,
+        )
+    assert producer.flush(30) == 0
+    return out
+
+
+def oracle_of(produced: Produced, kept: Callable[[int, int], bool]) -> Oracle:
+    """The table of the records *kept* (partition, offset) says a replica applied."""
+    oracle = Oracle()
+    for key, value, partition, offset in sorted(produced, key=lambda r: (r[2], r[3])):
+        oracle.partition_of[key] = partition
+        if kept(partition, offset):
+            oracle.apply(key, value, partition)
+    return oracle
+
+
+def log_starts(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-starts"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(CTopicPartition(topic, p), timeout=10)[0]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def wait_log_starts(
+    bootstrap: str, topic: str, partitions: int, at_least: Mapping[int, int], timeout_s: float
+) -> dict[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        starts = log_starts(bootstrap, topic, partitions)
+        if all(starts[p] >= at_least[p] for p in range(partitions)):
+            return starts
+        if time.monotonic() >= deadline:
+            pytest.fail(f"log starts of {topic} {starts}, not yet {dict(at_least)}")
+        time.sleep(0.3)
+
+
+def versions(prefix: str, keys: range, version: int) -> list[tuple[str, Any | None]]:
+    return [(f"{prefix}{i:04d}", {"key": f"{prefix}{i:04d}", "v": version}) for i in keys]
+
+
+def skipped_offsets(node: NodeProcess) -> dict[tuple[str, int], float]:
+    """(table, partition) -> the node's counter of offsets skipped past a moved log start."""
+    out: dict[tuple[str, int], float] = {}
+    for family in text_string_to_metric_families(node.http_get("/metrics", 5.0).text):
+        if family.name == "sparkiq_restore_truncated_offsets":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    labels = sample.labels
+                    out[(labels["table"], int(labels["partition"]))] = sample.value
+    return out
+
+
+def test_log_start_moved_past_stopped_replicas(cleaning_bootstrap: str, tmp_path: Path) -> None:
+    started = time.monotonic()
+    bootstrap = cleaning_bootstrap
+    app = _app("trunc")
+    parts = 2
+    topics = {"aged": f"{app}-aged", "cut": f"{app}-cut"}
+    create_topic(bootstrap, topics["aged"], parts, config={"cleanup.policy": "delete"})
+    create_topic(bootstrap, topics["cut"], parts)
+    produced: dict[str, Produced] = {}
+    for table, topic in topics.items():
+        register_table(bootstrap, TableDef(table, topic, parts), app=app)
+        produced[table] = produce_records(bootstrap, topic, versions("a", range(300), 0))
+    first = {t: end_offsets_of(bootstrap, topic, parts) for t, topic in topics.items()}
+
+    with LocalCluster(bootstrap, tmp_path, nodes=2, app=app, env=NODE_ENV) as c:
+        c.wait_settled(timeout_s=60)
+        c.stop()
+        # While the nodes are down: updates and new keys, then the log start moves past
+        # the stores' positions (into the new records for "cut"), then more records.
+        for table, topic in topics.items():
+            produced[table] += produce_records(
+                bootstrap, topic, versions("a", range(0, 300, 2), 1) + versions("b", range(200), 1)
+            )
+        ends = end_offsets_of(bootstrap, topics["aged"], parts)
+        set_topic_config(bootstrap, topics["aged"], "retention.ms", "1")
+        wait_log_starts(bootstrap, topics["aged"], parts, ends, timeout_s=30)
+        set_topic_config(bootstrap, topics["aged"], "retention.ms", "-1")
+        middle = end_offsets_of(bootstrap, topics["cut"], parts)
+        cut_at = {p: (first["cut"][p] + middle[p]) // 2 for p in range(parts)}
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.delete_records(
+            [CTopicPartition(topics["cut"], p, at) for p, at in cut_at.items()]
+        ).values():
+            future.result(30)
+        for table, topic in topics.items():
+            produced[table] += produce_records(
+                bootstrap, topic, versions("a", range(1, 300, 3), 2) + versions("c", range(100), 2)
+            )
+        starts = {t: log_starts(bootstrap, topic, parts) for t, topic in topics.items()}
+        assert starts["cut"] == cut_at
+        for table in topics:
+            assert all(starts[table][p] > first[table][p] for p in range(parts)), starts
+
+        for node in c.nodes:
+            node.start()
+        c.wait_settled(timeout_s=60)
+        checked = 0
+        for table, topic in topics.items():
+            assert log_starts(bootstrap, topic, parts) == starts[table]  # no more went
+            expected = oracle_of(
+                produced[table],
+                lambda p, off, t=table: off < first[t][p] or off >= starts[t][p],
+            )
+            keys = sorted(expected.partition_of)
+            for node in c.nodes:
+                answers = asyncio.run(fetch_all(node.url, table, keys))
+                wrong = mismatches(answers, expected)
+                assert not wrong, (node.url, table, wrong)
+                checked += len(keys)
+        for node in c.nodes:
+            log_text = node.log_path.read_text()
+            counts = skipped_offsets(node)
+            for table, topic in topics.items():
+                for p in range(parts):
+                    lost = starts[table][p] - first[table][p]
+                    assert counts.get((table, p)) == lost, (node.url, table, p, counts)
+                    line = f"{topic}[{p}]: offsets {first[table][p]} to {starts[table][p] - 1}"
+                    assert line in log_text, (node.url, line)
+    print(f"log start moved: {checked} answers checked in {time.monotonic() - started:.1f} s")
