@@ -11,12 +11,18 @@
   delete`), one by DeleteRecords. Restarted, the nodes (each the active of some partitions
   and the standby of the others) go on from the log start without stalling, log and count
   the offsets they skipped, and hold what they had plus every record from the log start.
+- Compaction: a compacted changelog (short `segment.ms`, `min.cleanable.dirty.ratio` and
+  `delete.retention.ms`) is written while one node follows it, with updates, deletes and
+  keys written again after their delete, until the cleaner has removed every tombstone. A
+  second node restores it from scratch and, alone, answers every key and range exactly as
+  the first did, and as the oracle says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,12 +42,13 @@ from confluent_kafka.admin import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkiq.core.partitioner import partition_for
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
-from tests.support.e2e import Oracle, fetch_all, mismatches
+from tests.support.e2e import Oracle, fetch_all, mismatches, read_topic
 
 pytestmark = pytest.mark.e2e
 
@@ -462,3 +469,99 @@ def test_log_start_moved_past_stopped_replicas(cleaning_bootstrap: str, tmp_path
                     line = f"{topic}[{p}]: offsets {first[table][p]} to {starts[table][p] - 1}"
                     assert line in log_text, (node.url, line)
     print(f"log start moved: {checked} answers checked in {time.monotonic() - started:.1f} s")
+
+
+def compacted_log(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    return read_topic(bootstrap, topic, timeout_s=20.0)
+
+
+def check_node_alone(node: NodeProcess, table: str, oracle: Oracle) -> int:
+    """*node* (the only one) answers every key ever written, and a range over all of them,
+    as *oracle* says; the number of keys checked."""
+    keys = sorted(oracle.partition_of)
+    answers = asyncio.run(fetch_all(node.url, table, keys))
+    assert not mismatches(answers, oracle), (node.url, mismatches(answers, oracle))
+    assert {b["node"] for st, b in answers.values() if st == 200} == {node.url}
+    page = node.http_get(f"/v1/tables/{table}/range?limit=1000", 10.0).json()
+    assert page["next_cursor"] is None
+    assert [(i["key"], i["value"]) for i in page["items"]] == oracle.sorted_items()
+    return len(keys)
+
+
+def test_compacted_without_tombstones_restores_the_same_table(
+    cleaning_bootstrap: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    bootstrap = cleaning_bootstrap
+    app = _app("compact")
+    parts = 3
+    topic = f"{app}-profiles"
+    create_topic(
+        bootstrap,
+        topic,
+        parts,
+        config={
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+            "min.compaction.lag.ms": "0",
+        },
+    )
+    register_table(bootstrap, TableDef("profiles", topic, parts), app=app)
+    fillers: dict[int, str] = {}
+    for i in range(1000):
+        name = f"filler-{i}"
+        fillers.setdefault(partition_for(name.encode(), parts), name)
+        if len(fillers) == parts:
+            break
+    rng = random.Random(55)
+    names = [f"k{i:04d}" for i in range(400)]
+    oracle = Oracle()
+    tombstones = 0
+
+    def write(records: list[tuple[str, Any | None]]) -> None:
+        for key, value, partition, _ in sorted(
+            produce_records(bootstrap, topic, records), key=lambda r: (r[2], r[3])
+        ):
+            oracle.apply(key, value, partition)
+
+    with LocalCluster(bootstrap, tmp_path, nodes=1, app=app, env=NODE_ENV) as c:
+        witness = c.nodes[0]
+        c.wait_ready(60)
+        # Rounds in segments of their own: every key written, some deleted, some of the
+        # deleted ones written again (their tombstone then sits between two values).
+        for r in range(5):
+            write([(k, {"key": k, "round": r}) for k in names if rng.random() < 0.7])
+            gone = rng.sample(names, 60)
+            write([(k, None) for k in gone])
+            tombstones += len(gone)
+            write([(k, {"key": k, "round": r, "again": True}) for k in gone[:15]])
+            time.sleep(0.15)
+        # Fillers roll and dirty the segments until the cleaner has removed every tombstone
+        # (it marks them in one pass and removes them in a later one).
+        deadline = time.monotonic() + 40
+        while True:
+            write([(f, {"filler": time.monotonic()}) for f in fillers.values()])
+            log = compacted_log(bootstrap, topic)
+            if all(value is not None for _, value in log):
+                break
+            assert time.monotonic() < deadline, "the cleaner left tombstones in the log"
+            time.sleep(0.3)
+        produced = sum(oracle.produced_per_partition.values())
+        print(f"compaction: {produced} records written ({tombstones} tombstones), {len(log)} left")
+        assert len(log) < produced - tombstones
+        ends = end_offsets(bootstrap, topic, partitions=parts)
+        wait_positions([witness], "profiles", topic, ends)
+        checked = check_node_alone(witness, "profiles", oracle)
+
+        fresh = c.add_node()
+        c.wait_ready(60)
+        wait_positions([witness, fresh], "profiles", topic, ends, timeout_s=60)
+        witness.stop()
+        deadline = time.monotonic() + 30
+        while {r[0] for r in local_positions(fresh, "profiles").values()} != {"active"}:
+            assert time.monotonic() < deadline, local_positions(fresh, "profiles")
+            time.sleep(0.2)
+        checked += check_node_alone(fresh, "profiles", oracle)
+    print(f"compaction: {checked} answers checked in {time.monotonic() - started:.1f} s")
