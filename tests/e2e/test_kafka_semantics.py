@@ -11,6 +11,8 @@
   delete`), one by DeleteRecords. Restarted, the nodes (each the active of some partitions
   and the standby of the others) go on from the log start without stalling, log and count
   the offsets they skipped, and hold what they had plus every record from the log start.
+  A running standby whose node is paused while retention removes records it had not
+  fetched does the same once resumed.
 - Compaction: a compacted changelog (short `segment.ms`, `min.cleanable.dirty.ratio` and
   `delete.retention.ms`) is written while one node follows it, with updates, deletes and
   keys written again after their delete, until the cleaner has removed every tombstone. A
@@ -22,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import random
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -299,6 +303,7 @@ def test_transactions_only_committed_records_are_served(
 
 # A broker of its own for the tests that need Kafka to delete and clean logs within seconds.
 CLEANING_BROKER = {
+    "log.initial.task.delay.ms": "0",  # Kafka's retention checks begin 30 s after its start
     "log.retention.check.interval.ms": "500",
     "log.segment.delete.delay.ms": "0",
     "log.cleaner.backoff.ms": "300",
@@ -469,6 +474,61 @@ def test_log_start_moved_past_stopped_replicas(cleaning_bootstrap: str, tmp_path
                     line = f"{topic}[{p}]: offsets {first[table][p]} to {starts[table][p] - 1}"
                     assert line in log_text, (node.url, line)
     print(f"log start moved: {checked} answers checked in {time.monotonic() - started:.1f} s")
+
+
+def test_a_running_standby_passed_by_the_log_start_goes_on_from_it(
+    cleaning_bootstrap: str, tmp_path: Path
+) -> None:
+    """The standby's node is paused (SIGSTOP, within its session timeout) while records are
+    written and retention removes them; resumed, its standby goes on from the log start,
+    counts the offsets it skipped, and holds what it had plus what came after (read from it
+    once it is the only node)."""
+    started = time.monotonic()
+    bootstrap = cleaning_bootstrap
+    app = _app("lapse")
+    topic = f"{app}-aged"
+    create_topic(bootstrap, topic, 1, config={"cleanup.policy": "delete"})
+    register_table(bootstrap, TableDef("aged", topic, 1), app=app)
+    produced = produce_records(bootstrap, topic, versions("a", range(200), 0))
+    env = {**NODE_ENV, "SPARKIQ_SESSION_TIMEOUT_MS": "10000"}
+    with LocalCluster(bootstrap, tmp_path, nodes=2, app=app, env=env) as c:
+        c.wait_settled(timeout_s=60)
+        meta = c.nodes[0].http_get("/v1/metadata", 5.0).json()
+        (row,) = [p for p in meta["partitions"] if p["table"] == "aged"]
+        standby = next(n for n in c.nodes if [n.url] == row["standbys"])
+        active = next(n for n in c.nodes if n.url == row["active"])
+        before = end_offsets_of(bootstrap, topic, 1)[0]
+        pid = standby.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # A fetch the paused node sent before is answered, empty, before what follows.
+            time.sleep(0.5)
+            produced += produce_records(
+                bootstrap, topic, versions("a", range(0, 200, 2), 1) + versions("b", range(50), 1)
+            )
+            ends = end_offsets_of(bootstrap, topic, 1)
+            set_topic_config(bootstrap, topic, "retention.ms", "1")
+            wait_log_starts(bootstrap, topic, 1, ends, timeout_s=20)
+            set_topic_config(bootstrap, topic, "retention.ms", "-1")
+            produced += produce_records(bootstrap, topic, versions("c", range(50), 2))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        start = log_starts(bootstrap, topic, 1)[0]
+        assert start > before
+        wait_positions(c.nodes, "aged", topic, end_offsets_of(bootstrap, topic, 1))
+        assert skipped_offsets(standby) == {("aged", 0): start - before}
+        assert skipped_offsets(active) == {}
+        assert f"{topic}[0]: offsets {before} to {start - 1}" in standby.log_path.read_text()
+        # Alone, the node that skipped answers from its own store.
+        active.stop()
+        deadline = time.monotonic() + 30
+        while {r[0] for r in local_positions(standby, "aged").values()} != {"active"}:
+            assert time.monotonic() < deadline, local_positions(standby, "aged")
+            time.sleep(0.2)
+        expected = oracle_of(produced, lambda p, off: off < before or off >= start)
+        checked = check_node_alone(standby, "aged", expected)
+    print(f"running standby: {checked} keys checked in {time.monotonic() - started:.1f} s")
 
 
 def compacted_log(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
