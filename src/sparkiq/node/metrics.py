@@ -20,6 +20,7 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_restore_records_total` | counter | |
 | `sparkiq_restore_skipped_records_total` | counter | |
 | `sparkiq_restore_refetches_total` | counter | |
+| `sparkiq_restore_truncated_offsets_total` | counter | table, partition (once some were) |
 | `sparkiq_group_generation` | gauge | |
 | `sparkiq_cluster_nodes` | gauge | |
 | `sparkiq_ready` | gauge | |
@@ -76,6 +77,9 @@ class RestorerCounts(Protocol):
 
     @property
     def windows_expired(self) -> int: ...
+
+    @property
+    def truncated_offsets(self) -> Mapping[tuple[str, int], int]: ...
 
     def statuses(self) -> Mapping[TopicPartition, PartitionStatus]: ...
 
@@ -189,6 +193,16 @@ class NodeMetrics(Collector):
             "Changelog records skipped for want of a usable key, since the node started.",
             value=restorer.skipped_records,
         )
+        truncated = CounterMetricFamily(
+            "sparkiq_restore_truncated_offsets",
+            "Changelog offsets skipped because the log start had moved past the replica's "
+            "position (retention or DeleteRecords removed them before they were applied), "
+            "since the node started.",
+            labels=("table", "partition"),
+        )
+        for (table_name, partition), skipped in sorted(restorer.truncated_offsets.items()):
+            truncated.add_metric((table_name, str(partition)), skipped)
+        yield truncated
         yield CounterMetricFamily(
             "sparkiq_restore_refetches",
             "Partitions fetched again from their store's checkpoint (consumer and store were "

@@ -40,6 +40,7 @@ class FakeRestorer:
     storage_faults: int = 0
     rebuilds: int = 0
     windows_expired: int = 0
+    truncated_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def statuses(self) -> Mapping[TopicPartition, PartitionStatus]:
         return dict(self.by_tp)
@@ -91,6 +92,7 @@ def node() -> FakeNode:
         storage_faults=3,
         rebuilds=2,
         windows_expired=5,
+        truncated_offsets={("users", 1): 40},
     )
     restorer.put(
         status(USERS, 0, ReplicaState.ACTIVE, 500, 500),
@@ -152,6 +154,8 @@ def test_restore_progress_and_counters(node: FakeNode) -> None:
     assert value(r, "sparkiq_storage_faults_total") == 3
     assert value(r, "sparkiq_store_rebuilds_total") == 2
     assert value(r, "sparkiq_windows_expired_total") == 5
+    assert value(r, "sparkiq_restore_truncated_offsets_total", table="users", partition="1") == 40
+    assert value(r, "sparkiq_restore_truncated_offsets_total", table="users", partition="0") is None
     # Without progress tracking the restore counts from where it is now.
     assert value(scrape(node), "sparkiq_restore_progress_ratio", table="users", partition="1") == 0
 

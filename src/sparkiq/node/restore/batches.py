@@ -163,14 +163,16 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
 
 def split_batch(
     messages: Sequence[Message], replicas: Mapping[TopicPartition, Target], skip: SkipFn
-) -> tuple[dict[TopicPartition, Run], dict[TopicPartition, int]]:
-    """One `Run` per partition in *messages*, and the end-of-partition offsets seen.
+) -> tuple[dict[TopicPartition, Run], dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """One `Run` per partition in *messages*, the end-of-partition offsets seen, and the
+    offsets the broker found out of range (the consumer stopped fetching those partitions).
 
     A record without a usable key is passed to *skip* and still counts as the run's last
     record: the checkpoint moves past it.
     """
     runs: dict[TopicPartition, Run] = {}
     eofs: dict[TopicPartition, int] = {}
+    out_of_range: dict[TopicPartition, int] = {}
     run: Run | None = None
     put: Callable[[bytes, bytes], None] = _ignore_put
     delete: Callable[[bytes], None] = _ignore_delete
@@ -202,6 +204,8 @@ def split_batch(
             if err is not None:
                 if err.code() == CKafkaError._PARTITION_EOF:
                     eofs[(t, p)] = msg.offset()
+                elif err.code() == CKafkaError._AUTO_OFFSET_RESET:
+                    out_of_range[(t, p)] = msg.offset()
                 else:
                     log.warning("changelog fetch error on %s[%s]: %s", t, p, err)
                 continue
@@ -227,4 +231,4 @@ def split_batch(
         run.last = prev.offset()
         run.last_time_ms = max(prev.timestamp()[1], 0)
     check_placement(runs)
-    return runs, eofs
+    return runs, eofs, out_of_range

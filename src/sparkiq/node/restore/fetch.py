@@ -14,8 +14,12 @@ from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 # The restorer reads with the project's tuned settings (a standby sees new records within
-# ~100 ms of their arrival).
-CONSUMER_CONF: Mapping[str, str | int | float | bool] = TUNED_READ_CONF
+# ~100 ms of their arrival). A position the broker finds out of range (the log start moved
+# past it) is reported, not reset silently: `sparkiq.node.restore.truncation`.
+CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
+    **TUNED_READ_CONF,
+    "auto.offset.reset": "error",
+}
 
 BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write
 

@@ -67,6 +67,7 @@ class Replica:
         "state",
         "store",
         "table",
+        "tail",
         "target",
         "tp",
     )
@@ -85,6 +86,8 @@ class Replica:
         self.newest_record_ms: int | None = None
         self.position = store.next_offset or 0
         self.end = self.position
+        # Where the consumer last reported the end of what it can read (None: not yet).
+        self.tail: int | None = None
         self.target: int | None = None  # true end measured when the active role arrived
         self.role_epoch = 0  # bumped on every role change; stale end measurements are dropped
         self.measuring: int | None = None  # role_epoch of the end measurement under way
@@ -163,6 +166,20 @@ class Replica:
         self.position = position
         if position > self.end:
             self.end = position
+
+    def reach_tail(self, offset: int) -> None:
+        """The consumer reports the end of what it can read at *offset*, where the replica
+        now is: nothing is left to apply, so that is the end (below the high watermark while
+        a transaction is open: a read_committed consumer reads up to the last stable offset)."""
+        self.tail = offset
+        self.end = max(offset, self.position)
+
+    def raise_end(self, high_watermark: int) -> None:
+        """Raise the end to a partition's *high_watermark*, unless the replica is still
+        where the consumer last reported the end: then the records between are those of
+        open transactions (or arrive with the next fetch, which moves the replica on)."""
+        if high_watermark > self.end and self.tail != self.position:
+            self.end = high_watermark
 
     def reached_target(self) -> bool:
         """RESTORING with its position at the restore target (ACTIVE once its store is flushed)."""

@@ -50,6 +50,7 @@ from sparkiq.node.restore.expiry import WindowExpiry
 from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
+from sparkiq.node.restore.truncation import go_on_from_log_start, log_bounds
 from sparkiq.node.stores.partitionstore import PartitionStore
 from sparkiq.node.stores.registry import StoreRegistry
 
@@ -102,6 +103,9 @@ class Restorer(Healing):
         self.refetches = 0  # partitions fetched again from their checkpoint, since start
         self.storage_faults = 0  # replicas whose store's files failed them, since start
         self.rebuilds = 0  # stores rebuilt from the changelog after a fault, since start
+        # (table, partition) -> offsets skipped because the log start had moved past the
+        # replica's position (`sparkiq.node.restore.truncation`), since start.
+        self.truncated_offsets: dict[tuple[str, int], int] = {}
         self.expiry = WindowExpiry()  # removes expired windows (`expiry.removed` of them)
         self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
         registry.on_fault = self._on_fault
@@ -367,7 +371,8 @@ class Restorer(Healing):
         """
         with self._lock:
             replicas = dict(self._replicas)
-        runs, eofs = split_batch(messages, replicas, self._skip_record)
+        runs, eofs, out_of_range = split_batch(messages, replicas, self._skip_record)
+        bounds = log_bounds(fetching.consumer, out_of_range) if out_of_range else {}
         out_of_step = False
         failure: StoreError | None = None
         watched: dict[TopicPartition, tuple[StoreKeyFn | None, int, int]] = {}
@@ -410,11 +415,35 @@ class Restorer(Healing):
                         # checkpoint moves with them, so the gap is not fetched again.
                         replica.store.apply((), eof, wal=replica.wal)
                         replica.advance(eof)
+                    if eof is not None and eof == replica.position:
+                        replica.reach_tail(eof)
                 except StorageFault:
                     out_of_step = True  # the replica is FAILED (`_on_fault`); healed later
                 except StoreError as exc:
                     out_of_step = True  # the cursor moved on, the position did not
                     failure = failure or exc
+            for tp, offset in out_of_range.items():
+                # The consumer stopped fetching *tp*: fetched again from its checkpoint,
+                # moved to the log start where it was before it.
+                fetching.stop([tp])
+                self.refetches += 1
+                out_of_step = True
+                replica = self._replicas.get(tp)
+                bound = bounds.get(tp)
+                if replica is None or replica.state is _FAILED or bound is None:
+                    continue
+                if offset != replica.position:
+                    continue  # the consumer was out of step: fetched again all the same
+                try:
+                    skipped = go_on_from_log_start(replica, *bound)
+                except StorageFault:
+                    continue  # the replica is FAILED (`_on_fault`); healed later
+                except StoreError as exc:
+                    failure = failure or exc
+                    continue
+                if skipped:
+                    key = (replica.table.name, tp[1])
+                    self.truncated_offsets[key] = self.truncated_offsets.get(key, 0) + skipped
             if watched and feed is not None:
                 feed.publish(messages, watched)
             self._publish()
@@ -477,8 +506,8 @@ class Restorer(Healing):
         with self._lock:
             for tp, high in marks.items():
                 replica = self._replicas.get(tp)
-                if replica is not None and high > replica.end:
-                    replica.end = high
+                if replica is not None:
+                    replica.raise_end(high)
             self._publish()
 
     def _refresh_disk_lags(self, probe: Consumer | None) -> None:
