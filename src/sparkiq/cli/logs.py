@@ -13,6 +13,8 @@ The request id comes from `sparkiq.http.messages.requestid.REQUEST_ID`, read by 
 the handler: the handler runs in the task that logs, so the context variable holds that
 task's request. The handler can also keep a live status line (the restore progress) at the
 bottom of a terminal: records are written above it and it is drawn again after each one.
+Where the output is not a terminal (a file, a pipe), or is JSON, there is no redrawn line:
+a status is a record, at most one every few seconds (`sparkiq.core.statusline`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TextIO
 
 import orjson
 
+from sparkiq.core.statusline import PLAIN_EVERY_S, StatusLine
 from sparkiq.http.messages.requestid import REQUEST_ID
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -32,7 +36,8 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Attributes an access-log record carries (see `sparkiq.http.metrics`), copied into JSON lines.
 ACCESS_FIELDS = ("endpoint", "outcome", "status", "ms")
 
-_CLEAR_LINE = "\r\x1b[K"
+# The logger name of a status written as a record (not on a terminal).
+STATUS_LOGGER = "sparkiq.status"
 
 
 class LogFormat(StrEnum):
@@ -104,19 +109,41 @@ def _iso_utc(created: float) -> str:
 class StatusLineHandler(logging.StreamHandler[TextIO]):
     """A stream handler that can keep one live status line below the records it writes.
 
-    `set_status(text)` draws `text` in place of the previous status (a terminal only: the
-    line is redrawn with a carriage return); records are written above it.
+    On a terminal (`live`), `set_status(text)` draws `text` in place of the previous status
+    (the line is redrawn with a carriage return) and records are written above it.
+    Elsewhere (a file, a pipe, JSON lines) a status is a record of its own (logger
+    `STATUS_LOGGER`, INFO), at most one every `every_s` seconds, so the output stays lines.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        live: bool | None = None,
+        every_s: float = PLAIN_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`live`: draw a status line in place (default: when `stream` is a terminal)."""
         super().__init__(stream)
-        self._status = ""
+        self._line = StatusLine(live=_isatty(stream) if live is None else live, every_s=every_s)
+        self._clock = clock
+
+    @property
+    def live(self) -> bool:
+        """Whether the status is a line drawn in place (a terminal), not records."""
+        return self._line.live
 
     def set_status(self, text: str) -> None:
         self.acquire()
         try:
-            self._status = text
-            self.stream.write(_CLEAR_LINE + text)
+            out = self._line.show(text, self._clock())
+            if not out:
+                return
+            if not self.live:
+                # A record like any other (the handler's format: text or JSON), not a bare line.
+                self.handle(logging.LogRecord(STATUS_LOGGER, logging.INFO, "", 0, text, None, None))
+                return
+            self.stream.write(out)
             self.stream.flush()
         finally:
             self.release()
@@ -124,22 +151,31 @@ class StatusLineHandler(logging.StreamHandler[TextIO]):
     def clear_status(self) -> None:
         self.acquire()
         try:
-            if self._status:
-                self._status = ""
-                self.stream.write(_CLEAR_LINE)
+            out = self._line.clear()
+            if out:
+                self.stream.write(out)
                 self.stream.flush()
         finally:
             self.release()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not self._status:
+        hide = self._line.hide()
+        if not hide:
             super().emit(record)
             return
         # The handler lock is held around emit (Handler.handle): the status cannot change here.
-        self.stream.write(_CLEAR_LINE)
+        self.stream.write(hide)
         super().emit(record)
-        self.stream.write(self._status)
+        self.stream.write(self._line.shown)
         self.stream.flush()
+
+
+def _isatty(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if isatty is not None else False
+    except ValueError:  # closed
+        return False
 
 
 def configure_logging(
@@ -151,11 +187,14 @@ def configure_logging(
 ) -> StatusLineHandler:
     """Log to `stream` (stderr) in `fmt`, at `level`; replaces the root logger's handlers.
 
-    Returns the handler, whose status line `sparkiq.node.restore.progress` may use. aiokafka's
-    and librdkafka's lines are written at level DEBUG only (aiokafka's INFO lines are one per
-    rebalance step).
+    Returns the handler, whose status line `sparkiq.node.restore.progress` may use: a line
+    drawn in place for text on a terminal, records at most every few seconds otherwise.
+    aiokafka's and librdkafka's lines are written at level DEBUG only (aiokafka's INFO lines
+    are one per rebalance step); at other levels aiokafka's warnings become one sparkiq line
+    a minute (`KafkaClientSummary`).
     """
-    handler = StatusLineHandler(stream if stream is not None else sys.stderr)
+    out = stream if stream is not None else sys.stderr
+    handler = StatusLineHandler(out, live=LogFormat(fmt) is LogFormat.TEXT and _isatty(out))
     handler.addFilter(RequestIdFilter(node))
     handler.setFormatter(JsonFormatter() if LogFormat(fmt) is LogFormat.JSON else TextFormatter())
     root = logging.getLogger()

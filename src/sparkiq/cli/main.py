@@ -83,15 +83,21 @@ def broker(kind: str, brokers: str, data_dir: Path | None, port: int) -> None:
     Apache Kafka's jars come from Maven Central the first time (`sparkiq install kafka`).
     """
     from sparkiq.dev.broker import make_broker
+    from sparkiq.dev.processes import sigterm_as_interrupt
 
     def run() -> None:
-        with make_broker(
-            kind,
-            brokers=int(brokers),
-            data_dir=data_dir,
-            port=port,
-            progress=lambda line: click.echo(f"sparkiq: {line}", err=True),
-        ) as b:
+        # SIGTERM while the broker starts stops it as Ctrl-C does (its processes run in
+        # sessions of their own: nothing else would stop them).
+        with (
+            sigterm_as_interrupt(),
+            make_broker(
+                kind,
+                brokers=int(brokers),
+                data_dir=data_dir,
+                port=port,
+                progress=lambda line: click.echo(f"sparkiq: {line}", err=True),
+            ) as b,
+        ):
             click.echo(f"{b.describe()}; Ctrl-C stops it")
             click.echo(f"  export SPARKIQ_BOOTSTRAP_SERVERS={b.bootstrap_servers}")
             wait_for_signal()

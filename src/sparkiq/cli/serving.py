@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
 
 import uvloop
 
@@ -151,6 +150,6 @@ def run_node(settings: NodeSettings) -> None:
     reach_brokers(settings.bootstrap_servers)
     fmt = LogFormat(settings.log_format)
     handler = configure_logging(settings.log_level, fmt, node=settings.url)
-    # A live progress line on a terminal; plain log lines in files and JSON logs.
-    live = fmt is LogFormat.TEXT and sys.stderr.isatty()
-    uvloop.run(serve_node(settings, status_line=handler if live else None))
+    # A live progress line on a terminal; plain log lines every few seconds in files, pipes
+    # and JSON logs (`report_progress` without a status line).
+    uvloop.run(serve_node(settings, status_line=handler if handler.live else None))

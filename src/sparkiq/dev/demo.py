@@ -7,21 +7,24 @@ progress while the pipeline starts and catches up with the first invoices; then 
 console's URL (`/ui/` on any node), the node URLs and example queries that work (curl and
 `sparkiq get`), and keeps generating invoices until Ctrl-C or `--duration`. Everything binds
 to 127.0.0.1 and is stopped by PID.
+
+Its output suits a terminal and a file alike: on a terminal the progress while it starts is
+one line drawn again in place; in a file or a pipe it is a plain line every few seconds
+(`sparkiq.core.statusline`). Its last line says how it ended (`last_words`): after
+`--duration`, at Ctrl-C, by SIGTERM, or failed.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from urllib.parse import quote
 
 import click
@@ -29,11 +32,13 @@ import httpx
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.core.errors import SparkiqError
+from sparkiq.core.statusline import StatusLine
 from sparkiq.dev.broker import make_broker
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
 from sparkiq.dev.pos.oracle import points_for
+from sparkiq.dev.processes import Terminated, sigterm_as_interrupt
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.offsets import true_end_offsets
 
@@ -46,16 +51,52 @@ def _step(text: str) -> None:
     click.echo(click.style("==> ", fg="cyan") + text)
 
 
-@contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+class DemoEnd(enum.Enum):
+    """How a demo ended."""
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    DURATION = "duration"  # --duration ran out
+    INTERRUPTED = "interrupted"  # Ctrl-C
+    TERMINATED = "terminated"  # SIGTERM
+    FAILED = "failed"  # a part of it failed (the error follows)
+
+
+def how_it_ends(duration_s: float | None) -> str:
+    """The line that tells, once the demo is up, what ends it."""
+    if duration_s is None:
+        return "new invoices keep arriving, so answers change; Ctrl-C stops everything."
+    return (
+        f"new invoices keep arriving, so answers change; everything stops in {duration_s:g} s "
+        "(--duration), or at Ctrl-C."
+    )
+
+
+def last_words(end: DemoEnd, duration_s: float | None) -> str:
+    """The demo's last line: how it ended, once everything it started has stopped."""
+    if end is DemoEnd.DURATION:
+        return (
+            f"demo stopped after {duration_s or 0:g} s (--duration); everything it started is "
+            "stopped."
+        )
+    if end is DemoEnd.INTERRUPTED:
+        return "demo interrupted (Ctrl-C); everything it started is stopped."
+    if end is DemoEnd.TERMINATED:
+        return "demo stopped by SIGTERM; everything it started is stopped."
+    return "demo failed; everything it started is stopped."
+
+
+class _Progress:
+    """The demo's progress while it waits for a part: one line drawn again on a terminal, a
+    plain line every few seconds elsewhere (`sparkiq.core.statusline`)."""
+
+    def __init__(self) -> None:
+        self._line = StatusLine(live=sys.stdout.isatty())
+
+    def show(self, text: str) -> None:
+        click.echo(self._line.show(f"    {text}", time.monotonic()), nl=False)
+
+    def end(self) -> None:
+        """The last state stays on a line of its own."""
+        click.echo(self._line.end(), nl=False)
 
 
 class InvoiceFeed:
@@ -116,8 +157,43 @@ def run_demo(
     work = Path(tempfile.mkdtemp(prefix="sparkiq-demo-")) if base_dir is None else base_dir
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    end = DemoEnd.FAILED
+    try:
+        end = run_to_its_end(
+            lambda: _run(work, started, nodes, duration_s, rate_per_s, backlog, broker)
+        )
+    finally:
+        click.echo(last_words(end, duration_s))
+    if own_dir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_to_its_end(run: Callable[[], None]) -> DemoEnd:
+    """Call `run` with SIGTERM taken as Ctrl-C (`sigterm_as_interrupt`), and say how it
+    ended: it returned (its --duration ran out), Ctrl-C, or SIGTERM. A failure goes through."""
+    try:
+        with sigterm_as_interrupt():
+            run()
+    except Terminated:
+        return DemoEnd.TERMINATED
+    except KeyboardInterrupt:
+        return DemoEnd.INTERRUPTED
+    return DemoEnd.DURATION
+
+
+def _run(
+    work: Path,
+    started: float,
+    nodes: int,
+    duration_s: float | None,
+    rate_per_s: float,
+    backlog: int,
+    broker: str,
+) -> None:
+    """The demo until `duration_s` ran out (None: never); a KeyboardInterrupt (Ctrl-C, or
+    SIGTERM as `Terminated`) or a failure goes through, once everything is stopped."""
     kafka = make_broker(broker, data_dir=work / "broker", progress=_step)
-    with _stop_on_sigterm(), kafka:
+    with kafka:
         bootstrap = kafka.bootstrap_servers
         _step(f"{kafka.describe()}; logs and state in {work}")
         create_topic(bootstrap, SOURCE, SOURCE_PARTITIONS)
@@ -143,17 +219,16 @@ def run_demo(
             cluster.start()
             _wait_until_serving(bootstrap, feed, pipeline, cluster, backlog)
             _step(f"ready in {time.monotonic() - started:.0f}s")
-            _print_examples(cluster, bootstrap, feed)
+            _print_examples(cluster, bootstrap, feed, duration_s)
             _run_until_stopped(feed, pipeline, duration_s)
         except KeyboardInterrupt:
-            click.echo()
+            click.echo()  # after the ^C a terminal shows
+            raise
         finally:
             _step("stopping the generator, the pipeline, the nodes and the broker")
             feed.stop()
             pipeline.stop()
             cluster.stop()
-    if own_dir:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _check_alive(pipeline: PipelineProcess, feed: InvoiceFeed | None = None) -> None:
@@ -173,19 +248,22 @@ def _wait_for_queries(pipeline: PipelineProcess, timeout_s: float = 600.0) -> No
     """
     deadline = time.monotonic() + timeout_s
     began = time.monotonic()
-    while not pipeline.running():
-        _check_alive(pipeline)
-        if time.monotonic() > deadline:
-            raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
-        status = pipeline.status() or {}
-        started = [
-            q["name"] + ("" if q.get("batch") is not None else " (first batch)")
-            for q in status.get("queries", [])
-        ]
-        shown = ", ".join(started) if started else "starting Spark"
-        click.echo(f"\r    {time.monotonic() - began:4.0f}s  queries: {shown}\x1b[K", nl=False)
-        time.sleep(1.0)
-    click.echo()
+    progress = _Progress()
+    try:
+        while not pipeline.running():
+            _check_alive(pipeline)
+            if time.monotonic() > deadline:
+                raise SparkiqError(f"the pipeline did not start within {timeout_s:.0f}s")
+            status = pipeline.status() or {}
+            started = [
+                q["name"] + ("" if q.get("batch") is not None else " (first batch)")
+                for q in status.get("queries", [])
+            ]
+            shown = ", ".join(started) if started else "starting Spark"
+            progress.show(f"{time.monotonic() - began:4.0f}s  queries: {shown}")
+            time.sleep(1.0)
+    finally:
+        progress.end()
 
 
 def _processed(pipeline: PipelineProcess) -> int:
@@ -214,30 +292,37 @@ def _wait_until_serving(
     """Progress lines until the pipeline has processed the backlog and the nodes serve it."""
     deadline = time.monotonic() + timeout_s
     tps = [(SOURCE, p) for p in range(SOURCE_PARTITIONS)]
-    while True:
-        _check_alive(pipeline, feed)
-        status = pipeline.status()
-        queries = len(status["queries"]) if status else 0
-        processed = _processed(pipeline)
-        in_topic = sum(true_end_offsets(bootstrap, tps).values())
-        ready = sum(1 for node in cluster.nodes if node.is_ready())
-        click.echo(
-            f"\r    generated {feed.written:>6}  pipeline: {queries} queries, processed "
-            f"{processed:>6}/{in_topic:<6} nodes ready {ready}/{len(cluster.nodes)}   ",
-            nl=False,
-        )
-        if processed >= backlog and ready == len(cluster.nodes) and _tables_ready(cluster.urls[0]):
-            click.echo()
-            return
-        if time.monotonic() > deadline:
-            click.echo()
-            raise SparkiqError(
-                f"the demo did not come up within {timeout_s:.0f}s; see {pipeline.log_path}"
+    progress = _Progress()
+    try:
+        while True:
+            _check_alive(pipeline, feed)
+            status = pipeline.status()
+            queries = len(status["queries"]) if status else 0
+            processed = _processed(pipeline)
+            in_topic = sum(true_end_offsets(bootstrap, tps).values())
+            ready = sum(1 for node in cluster.nodes if node.is_ready())
+            progress.show(
+                f"generated {feed.written:>6}  pipeline: {queries} queries, processed "
+                f"{processed:>6}/{in_topic:<6} nodes ready {ready}/{len(cluster.nodes)}"
             )
-        time.sleep(1.0)
+            if (
+                processed >= backlog
+                and ready == len(cluster.nodes)
+                and _tables_ready(cluster.urls[0])
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise SparkiqError(
+                    f"the demo did not come up within {timeout_s:.0f}s; see {pipeline.log_path}"
+                )
+            time.sleep(1.0)
+    finally:
+        progress.end()
 
 
-def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) -> None:
+def _print_examples(
+    cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed, duration_s: float | None
+) -> None:
     urls = cluster.urls
     gen = feed.generator
     prime = next(c.card_no for c in gen.customers if c.kind == "PRIME")
@@ -280,7 +365,7 @@ def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) ->
             body = body[:300] + "..."
         click.echo(f"    GET {ex}\n      -> {body}")
     _read_your_write(urls[-1], bootstrap)
-    click.echo("\nnew invoices keep arriving, so answers change; Ctrl-C stops everything.")
+    click.echo(f"\n{how_it_ends(duration_s)}")
     sys.stdout.flush()
 
 

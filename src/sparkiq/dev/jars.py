@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,7 @@ KAFKA = JarSet(
 JAR_SETS = {KAFKA.name: KAFKA}
 
 Progress = Callable[[str], None]
+STILL_EVERY_S = 15.0  # how often a resolution in progress says it still is
 
 
 def _quiet(_: str) -> None:
@@ -164,7 +166,7 @@ def install_jars(
             raise JarsError("mvn is not on PATH; install Maven (Debian: apt-get install maven)")
         if mvn is not None:
             progress(f"resolving {jar_set.title} from Maven Central with {mvn} (once)")
-            _resolve_with_maven(mvn, jar_set, work)
+            _resolve_with_maven(mvn, jar_set, work, progress)
         else:
             ivy = ivy_jar()
             if ivy is None:
@@ -174,7 +176,7 @@ def install_jars(
                     "use the dev broker (--broker dev)"
                 )
             progress(f"resolving {jar_set.title} from Maven Central with PySpark's Ivy (once)")
-            _resolve_with_ivy(java, ivy, jar_set, work)
+            _resolve_with_ivy(java, ivy, jar_set, work, progress)
         jars = sorted(p.name for p in work.glob("*.jar"))
         if not jars:
             raise JarsError(f"resolving {jar_set.title} gave no jars; see {work}")
@@ -207,29 +209,46 @@ def _coordinates(artifact: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _run(command: list[str], log: Path, what: str, timeout_s: float) -> None:
+def _run(
+    command: list[str],
+    log: Path,
+    what: str,
+    timeout_s: float,
+    progress: Progress = _quiet,
+    every_s: float = STILL_EVERY_S,
+) -> None:
+    """Run a resolver, its output in `log`; `progress` hears that it is still at work every
+    `every_s` (a resolution can take minutes in silence: a plain line, for a terminal or a
+    file alike)."""
+    began = time.monotonic()
     with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         try:
-            done = subprocess.run(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise JarsError(f"{what} took over {timeout_s:.0f}s; see {log}") from exc
-    if done.returncode != 0:
+            while True:
+                left = timeout_s - (time.monotonic() - began)
+                if left <= 0:
+                    raise JarsError(f"{what} took over {timeout_s:.0f}s; see {log}")
+                try:
+                    proc.wait(timeout=min(every_s, left))
+                    break
+                except subprocess.TimeoutExpired:
+                    progress(f"{what}: still at it after {time.monotonic() - began:.0f} s")
+        finally:
+            if proc.poll() is None:  # timed out, or interrupted: not left running
+                proc.kill()
+                proc.wait()
+    if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
         shown = "\n    ".join(tail)
         raise JarsError(
-            f"{what} failed (exit {done.returncode}); is Maven Central reachable? "
+            f"{what} failed (exit {proc.returncode}); is Maven Central reachable? "
             f"The last lines:\n    {shown}\n(the dev broker needs none of this: --broker dev)"
         )
 
 
-def _resolve_with_maven(mvn: str, jar_set: JarSet, out: Path) -> None:
+def _resolve_with_maven(mvn: str, jar_set: JarSet, out: Path, progress: Progress) -> None:
     deps = "".join(
         f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
         f"<version>{escape(v)}</version></dependency>"
@@ -258,10 +277,11 @@ def _resolve_with_maven(mvn: str, jar_set: JarSet, out: Path) -> None:
             Path(tmp) / "mvn.log",
             f"mvn resolving {jar_set.title}",
             timeout_s=900,
+            progress=progress,
         )
 
 
-def _resolve_with_ivy(java: str, ivy: Path, jar_set: JarSet, out: Path) -> None:
+def _resolve_with_ivy(java: str, ivy: Path, jar_set: JarSet, out: Path, progress: Progress) -> None:
     deps = "".join(
         f'<dependency org="{escape(g)}" name="{escape(a)}" rev="{escape(v)}" '
         'conf="default->default"/>'
@@ -289,4 +309,5 @@ def _resolve_with_ivy(java: str, ivy: Path, jar_set: JarSet, out: Path) -> None:
             Path(tmp) / "ivy.log",
             f"Ivy resolving {jar_set.title}",
             timeout_s=900,
+            progress=progress,
         )

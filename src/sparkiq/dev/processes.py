@@ -1,4 +1,5 @@
-"""Child processes that sparkiq starts (`python -m sparkiq ...`) and stops, by PID."""
+"""Child processes that sparkiq starts (`python -m sparkiq ...`) and stops, by PID; and
+SIGTERM taken as Ctrl-C by a command that started some (`sigterm_as_interrupt`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,30 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises its KeyboardInterrupt (`sigterm_as_interrupt`)."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises `Terminated`, a KeyboardInterrupt, so the code that stops what
+    was started on Ctrl-C (a `finally`, a context manager's exit) runs for it too; without
+    this, SIGTERM ends the process at once and leaves its children (they run in sessions of
+    their own) behind."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def spawn_sparkiq(

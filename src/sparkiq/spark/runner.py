@@ -13,6 +13,7 @@ and the runner exits with its error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -210,11 +211,12 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         )
         _watch(ctx, settings, stop, tracker)
     finally:
-        for query in ctx.queries:
-            try:
-                query.stop()
-            except Exception as exc:  # a stop error must not hide the first failure
-                log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
+        with _py4j_quiet():
+            for query in ctx.queries:
+                try:
+                    query.stop()
+                except Exception as exc:  # a stop error must not hide the first failure
+                    log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
         if settings.status_file is not None and ctx.queries:
             _write_status(
                 settings.status_file, [tracker.status(q) for q in ctx.queries], running=False
@@ -230,6 +232,20 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
 # a Python data source) a fixed 10 s to connect back, and a busy machine made it miss that.
 _TRANSIENT = ("failed to connect back", "Timed out while waiting for the Python worker")
 _MAX_RESTARTS = 10
+
+
+@contextlib.contextmanager
+def _py4j_quiet() -> Iterator[None]:
+    """Within: py4j logs no error. A batch that a query's stop cuts off fails in its Python
+    callback (foreachBatch), and py4j logs that failure with its Python and Java tracebacks;
+    a stop that was asked for is no error."""
+    py4j_log = logging.getLogger("py4j.clientserver")
+    level = py4j_log.level
+    py4j_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        py4j_log.setLevel(level)
 
 
 def _watch(

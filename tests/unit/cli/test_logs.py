@@ -185,10 +185,18 @@ def test_access_log_is_off_by_default() -> None:
     assert metrics.observe.__name__ == "_count"
 
 
+class Terminal(io.StringIO):
+    """What a terminal is to the handler: a stream that says it is one."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def test_status_line_stays_below_the_records() -> None:
-    out = io.StringIO()
+    out = Terminal()
     handler = configure_logging("INFO", LogFormat.TEXT, stream=out)
     assert isinstance(handler, StatusLineHandler)
+    assert handler.live
     log = logging.getLogger("sparkiq.test")
     handler.set_status("restoring: 1/2")
     log.info("a record")
@@ -202,3 +210,47 @@ def test_status_line_stays_below_the_records() -> None:
     assert text.index("restoring: 1/2", record_at) > record_at
     assert text.rstrip().endswith("INFO sparkiq.test: after")
     assert text.count("restoring: 2/2") == 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_status_outside_a_terminal_is_a_plain_line_every_few_seconds() -> None:
+    out = io.StringIO()  # a file, a pipe: no terminal
+    clock = Clock()
+    handler = StatusLineHandler(out, every_s=5.0, clock=clock)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    assert not handler.live
+    for n in range(21):  # 10 s of states, one every half second
+        handler.set_status(f"restoring: {n}/20")
+        clock.now += 0.5
+    handler.handle(logging.LogRecord("sparkiq.test", logging.INFO, "", 0, "a record", None, None))
+    handler.clear_status()
+    text = out.getvalue()
+    assert "\r" not in text
+    assert "\x1b" not in text
+    assert text.endswith("\n")
+    assert text.splitlines() == [
+        "INFO sparkiq.status: restoring: 0/20",
+        "INFO sparkiq.status: restoring: 10/20",  # 5 s later
+        "INFO sparkiq.status: restoring: 20/20",
+        "INFO sparkiq.test: a record",
+    ]
+
+
+def test_json_logs_on_a_terminal_get_no_status_line_either() -> None:
+    out = Terminal()
+    handler = configure_logging("INFO", LogFormat.JSON, node=NODE, stream=out)
+    assert not handler.live
+    handler.set_status("restoring: 1/2")
+    handler.set_status("restoring: 2/2")  # within the interval: skipped
+    (line,) = json_lines(out)
+    assert line["message"] == "restoring: 1/2"
+    assert line["logger"] == "sparkiq.status"
+    assert line["level"] == "INFO"
+    assert line["node"] == NODE

@@ -3,6 +3,8 @@ jars either way, and clear errors when Java or the artifact is missing."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from sparkiq.dev.jars import (
     JarsError,
     JarSet,
     Resolver,
+    _run,
     install_jars,
     installed_jars,
     jars_root,
@@ -35,7 +38,10 @@ def test_each_resolver_installs_the_jars_with_their_dependencies_once(
     jars = install_jars(SMALL, root=tmp_path, progress=said.append, resolver=resolver)
     assert sorted(j.name for j in jars) == ["slf4j-api-1.7.36.jar", "slf4j-simple-1.7.36.jar"]
     assert all(j.parent == tmp_path / "small-1" for j in jars)
-    assert len(said) == 2  # resolving ..., then where they went
+    # Resolving ..., "still at it" lines if it takes long, then where they went.
+    assert said[0].startswith("resolving slf4j-simple")
+    assert all("still at it" in line for line in said[1:-1])
+    assert said[-1].startswith("slf4j-simple: 2 jars in")
     # Found again without resolving: nothing is said, nothing runs.
     again: list[str] = []
     assert install_jars(SMALL, root=tmp_path, progress=again.append) == jars
@@ -81,3 +87,20 @@ def test_kafka_is_pinned_with_its_log_binding() -> None:
     assert KAFKA.version == "4.4.0"
     assert f"org.apache.kafka:kafka_2.13:{KAFKA.version}" in KAFKA.artifacts
     assert any("log4j-slf4j-impl" in a for a in KAFKA.artifacts)
+
+
+def test_a_long_resolution_says_it_is_still_at_it_in_plain_lines(tmp_path: Path) -> None:
+    said: list[str] = []
+    wait = [sys.executable, "-c", "import time; time.sleep(0.6)"]
+    _run(wait, tmp_path / "out.log", "Ivy resolving x", 30, progress=said.append, every_s=0.2)
+    assert len(said) >= 2
+    assert all(line.startswith("Ivy resolving x: still at it after ") for line in said)
+    assert all(line.endswith(" s") and "\r" not in line for line in said)
+
+
+def test_a_resolution_past_its_time_is_stopped_and_said(tmp_path: Path) -> None:
+    began = time.monotonic()
+    hang = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with pytest.raises(JarsError, match="took over 1s"):
+        _run(hang, tmp_path / "out.log", "mvn resolving x", 1, every_s=0.3)
+    assert time.monotonic() - began < 10

@@ -449,6 +449,16 @@ class Connection(asyncio.Protocol):
             self._write(self._app.refusal(status, message), keep_alive=False, with_id=False)
         self.close()
 
+    def end_stream(self) -> asyncio.Task[None] | None:
+        """Cancel the streamed answer being sent, if any (the server stops); its task, to be
+        waited for."""
+        task = self._task
+        if not isinstance(task, asyncio.Task):
+            return None
+        task.cancel()
+        self._release_stream()
+        return task
+
     def close(self) -> None:
         """Close after what is queued is sent."""
         if not self._closing:

@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 # Refused connections are logged at most once per this many seconds.
 _REFUSAL_LOG_EVERY_S = 10.0
+# How long `stop` waits for the streamed answers it cancelled to end.
+_STREAMS_END_S = 5.0
 
 
 class LoopServer(Collector):
@@ -182,7 +184,8 @@ class LoopServer(Collector):
             self._refused_logged = self.refused
 
     async def stop(self) -> None:
-        """Stop accepting and close every connection (requests in flight are cancelled)."""
+        """Stop accepting and close every connection (requests in flight are cancelled);
+        returns once the streamed answers (watches) have ended, or after `_STREAMS_END_S`."""
         server, self._server = self._server, None
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -191,8 +194,14 @@ class LoopServer(Collector):
             self._sweeper = None
         if server is not None:
             server.close()
-            for connection in list(self.connections):
+            connections = list(self.connections)
+            streams = [task for c in connections if (task := c.end_stream()) is not None]
+            for connection in connections:
                 connection.close()
+            if streams:
+                # Cancelled, each ends at its next await; what it started (a watch's relays
+                # and replays) ends with it, before the node closes what they read.
+                await asyncio.wait(streams, timeout=_STREAMS_END_S)
             await server.wait_closed()
 
     def _flush(self) -> None:

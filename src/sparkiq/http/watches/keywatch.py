@@ -8,7 +8,9 @@ applies (`NodeView.watch_key`); from another node it relays that node's stream
 (`sparkiq.http.forwarding.relay`), asking with `Last-Event-ID`. When its source goes -- the replica
 revoked, the other node gone or silent past two heartbeats -- it finds the next one and goes
 on. When none can be found within the budget, it ends with an `unavailable` event and a
-`retry:` hint; the client resumes with `Last-Event-ID`.
+`retry:` hint; the client resumes with `Last-Event-ID`. The stream's parts are generators
+closed with it (`aclosing`), so a watch that ends -- its client gone, the node stopping --
+closes its replica's subscription or its relay then, not when the garbage collector runs.
 
 Every event's id is `<partition>-<position>`: the replica's position (next changelog offset)
 once the event's state was applied. The watch only ever sends an event past the last one it
@@ -106,8 +108,9 @@ class KeyWatcher:
         try:
             yield sse.retry(RETRY_MS)
             while not self._finished:
-                async for chunk in self._next_source():
-                    yield chunk
+                async with contextlib.aclosing(self._next_source()) as source:
+                    async for chunk in source:
+                        yield chunk
         finally:
             metrics.watches_open -= 1
 
@@ -123,7 +126,7 @@ class KeyWatcher:
     def _target(self) -> str:
         return f"{self._key.path}?{self._query}" if self._query else self._key.path
 
-    async def _next_source(self) -> AsyncIterator[bytes]:
+    async def _next_source(self) -> AsyncGenerator[bytes]:
         """Stream from the first source the routes give, until it goes."""
         api = self._api
         call = self._call()
@@ -132,16 +135,18 @@ class KeyWatcher:
         while True:
             found = routes.route(tp)
             if isinstance(found, LocalReplica):
-                async for chunk in self._local(found):
-                    yield chunk
+                async with contextlib.aclosing(self._local(found)) as local:
+                    async for chunk in local:
+                        yield chunk
                 return
             if isinstance(found, Ask):
                 began = False  # the other node's stream began (its first chunk came)
                 failure: Response | Unreachable | None = None
                 try:
-                    async for chunk in self._relay(found, routes.bound):
-                        began = True
-                        yield chunk
+                    async with contextlib.aclosing(self._relay(found, routes.bound)) as relay:
+                        async for chunk in relay:
+                            began = True
+                            yield chunk
                 except Refused as refused:
                     failure = Response(refused.status, refused.body)
                 except UpstreamError as exc:
@@ -151,8 +156,7 @@ class KeyWatcher:
                         await asyncio.sleep(api.settings.reconnect_pause_s)
                     return
                 if isinstance(failure, Response) and failure.status not in (503, 508):
-                    async for chunk in self._end(failure.body):
-                        yield chunk
+                    yield self._end(failure.body)
                     return
                 if isinstance(failure, Unreachable):
                     api.metrics.forward_failed(failure)
@@ -167,19 +171,18 @@ class KeyWatcher:
             else:
                 why = found.message
             gave_up = api.locator.gave_up(call, why)
-            async for chunk in self._end(failure_response(gave_up).body, "unavailable"):
-                yield chunk
+            yield self._end(failure_response(gave_up).body, "unavailable")
             return
 
-    async def _end(self, body: bytes, name: str = "error") -> AsyncIterator[bytes]:
+    def _end(self, body: bytes, name: str = "error") -> bytes:
         """The last event: why the watch ends, then when to come back."""
         self._finished = True
         last = None if self._seen is None else self._event_id(self._seen)
-        yield sse.event(last, body, name) + sse.retry(RETRY_MS)
+        return sse.event(last, body, name) + sse.retry(RETRY_MS)
 
     # -- from this node's replica -------------------------------------------------------------
 
-    async def _local(self, replica: LocalReplica) -> AsyncIterator[bytes]:
+    async def _local(self, replica: LocalReplica) -> AsyncGenerator[bytes]:
         api = self._api
         settings = api.settings
         changes: deque[tuple[bytes | None, int]] = deque()
@@ -230,8 +233,7 @@ class KeyWatcher:
                             "Last-Event-ID",
                         )
                     )
-                    async for chunk in self._end(why.body, "dropped"):
-                        yield chunk
+                    yield self._end(why.body, "dropped")
                     return
                 if state["ended"]:
                     return
@@ -261,7 +263,7 @@ class KeyWatcher:
 
     # -- through another node -----------------------------------------------------------------
 
-    async def _relay(self, ask: Ask, bound: int) -> AsyncIterator[bytes]:
+    async def _relay(self, ask: Ask, bound: int) -> AsyncGenerator[bytes]:
         """The events of `ask`'s node past the last one sent (a heartbeat for a chunk
         without one), a chunk for each chunk of its stream."""
         api = self._api

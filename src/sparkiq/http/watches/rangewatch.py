@@ -32,7 +32,8 @@ When a source goes (the replica revoked, the node gone or silent) its partitions
 again and go on from the last position delivered. Every source is one task feeding one bounded
 inbox; the stream keeps each partition's position and drops what is at or before it, and an
 item from a source that no longer serves its partition, so no source however far behind makes
-the stream go back.
+the stream go back. When the stream ends (its client gone, the node stopping) its tasks are
+cancelled and waited for, and no new one starts: nothing of the watch outlives its stream.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class RangeWatcher:
         self._sent: dict[int, int] | None = None  # None until the `positions` event is sent
         self._pending: list[tuple[int, int, bytes | None]] = []  # taken before that event
         self._ending: tuple[bytes, str] | None = None  # the last event's data and name
+        self._closed = False  # the stream ended: no task starts any more
 
     async def chunks(self) -> AsyncIterator[bytes]:
         api = self._api
@@ -140,11 +142,19 @@ class RangeWatcher:
                 if out:
                     yield out
         finally:
-            for task in tuple(self._tasks):
-                task.cancel()
+            self._closed = True
             for watch in tuple(self._watches):
                 watch.close()  # now, not once the tasks' cancellation runs
-            metrics.watches_open -= 1
+            tasks = tuple(self._tasks)
+            for task in tasks:
+                task.cancel()
+            try:
+                if tasks:
+                    # Each ends at its next await; waited for, so that a node that stops has
+                    # no relay or replay of this watch left running when it closes its stores.
+                    await asyncio.wait(tasks)
+            finally:
+                metrics.watches_open -= 1
 
     # -- the stream's positions ---------------------------------------------------------------
 
@@ -206,19 +216,26 @@ class RangeWatcher:
     # -- finding sources ----------------------------------------------------------------------
 
     def _spawn(self, work: Coroutine[Any, Any, None], source: Source | None = None) -> None:
-        task = asyncio.ensure_future(self._guarded(work))
+        """Run `work` in a task of this watch (`source`'s, when it is one)."""
+        if self._closed:
+            work.close()  # the stream ended: it is not needed, and closed it is not left unrun
+            return
+        # The coroutine is the task's own (no wrapper around it): a task cancelled before it
+        # ran closes it, where a wrapper's would be left "never awaited".
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._reap)
         if source is not None:
             source.task = task
 
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("a watch of a range of %s failed", self._watched.table.name)
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        """A task of this watch ended: one that failed ends the watch with an `error` event."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("a watch of a range of %s failed", self._watched.table.name, exc_info=exc)
             why = error_response(500, ErrorCode.INTERNAL, "the watch failed; the node logged why")
             self._finish(why.body, "error")
 

@@ -11,6 +11,8 @@ is a closed server. The expected events are computed in plain Python from what w
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -28,6 +30,7 @@ from sparkiq.http.app.dispatch import HttpApi
 from sparkiq.http.messages.sse import Event, EventReader
 from sparkiq.http.seam import Stream
 from sparkiq.http.staticview import StaticView, where
+from tests.support.mapview import wait_until
 
 USERS = TableDef("users", "users-changelog", 4)
 CHANGES = "/v1/tables/users/changes"
@@ -491,3 +494,57 @@ async def test_a_watch_of_changes_that_falls_behind_ends_with_a_dropped_event() 
     assert api.metrics.watches_dropped == 1
     assert api.metrics.watches_open == 0
     assert view.watcher_count() == 0
+
+
+# -- the end of a watch ---------------------------------------------------------------------------
+
+
+async def test_a_watch_whose_client_goes_as_its_sources_start_leaves_no_coroutine_unrun() -> None:
+    """The stream's client goes (or the node stops) right after the watch routed its
+    partitions, before the task reading each was first run: every task ends with the stream,
+    none left "never awaited"."""
+    me, other = url(), url()
+    owners = {0: me, 1: me, 2: other, 3: other}  # two replicas here, a relay to `other`
+    cluster = Cluster(views(owners, [me]), owners)
+    api = HttpApi(cluster.views[me], SETTINGS)
+    answer = api.watches.answer(CHANGES, "", {}, EVERYONE)
+    assert isinstance(answer, Stream)
+    chunks = answer.chunks
+    assert (await anext(chunks)).startswith(b"retry:")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = asyncio.ensure_future(anext(chunks))  # starts the task that routes
+        await asyncio.sleep(0)  # `step` ran (the routing task is due), this test after it
+        step.cancel()  # the routing task runs first, starting the sources' tasks; then this
+        with pytest.raises(asyncio.CancelledError):
+            await step
+        await asyncio.sleep(0.05)
+        gc.collect()
+    assert [str(w.message) for w in caught] == []
+    assert api.metrics.watches_open == 0
+    assert cluster.views[me].watcher_count() == 0
+    await api.close()
+
+
+async def test_a_server_that_stops_ends_its_watches_and_their_relays_first(
+    stack: AsyncExitStack,
+) -> None:
+    """`HttpServer.stop` returns once the watches it served have ended: their replicas'
+    subscriptions closed and their relays to other nodes gone."""
+    a, b = url(), url()
+    owners = {0: a, 1: a, 2: b, 3: b}
+    cluster = Cluster(views(owners, [a, b]), owners)
+    server_b = await start(stack, cluster.views[b])
+    server_a = HttpServer(cluster.views[a], "127.0.0.1", int(a.rsplit(":", 1)[1]), SETTINGS)
+    await server_a.start()
+    watches = [await open_watch(stack, a) for _ in range(3)]
+    for watch in watches:
+        await watch.start()
+    assert server_a.api.metrics.watches_open == 3
+    assert server_b.api.metrics.watches_open == 3  # one relay each
+    await server_a.stop()
+    assert server_a.api.metrics.watches_open == 0
+    assert cluster.views[a].watcher_count() == 0
+    # b hears of the relays' end as their connections close.
+    await wait_until(lambda: server_b.api.metrics.watches_open == 0, "the relays' end on b")
+    assert cluster.views[b].watcher_count() == 0
