@@ -228,7 +228,12 @@ class KafkaClientSummary(logging.Handler):
         self._said_at: float | None = None
         self._since = 0
 
+    # Warnings aiokafka gives for what a group does every rebalance: not worth a line.
+    ROUTINE = ("because it is rebalancing",)
+
     def emit(self, record: logging.LogRecord) -> None:
+        if any(text in record.getMessage() for text in self.ROUTINE):
+            return
         now = time.monotonic()
         if self._said_at is not None and now - self._said_at < self.every_s:
             self._since += 1

@@ -64,6 +64,7 @@ def test_aiokafka_warnings_become_one_sparkiq_line_now_and_then(
     stream = io.StringIO()
     try:
         configure_logging("INFO", LogFormat.TEXT, stream=stream)
+        aiokafka.warning("Heartbeat failed for group g because it is rebalancing")  # routine
         for _ in range(5):
             aiokafka.warning("Unable connect to node with id 1: [Errno 111] Connection refused")
     finally:
