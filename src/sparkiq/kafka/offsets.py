@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as CKafkaError
 
 from sparkiq.kafka.clientlog import LOG_CONF
@@ -75,14 +75,38 @@ def probe_consumer(
     return Consumer({**conf, **LOG_CONF})
 
 
+# A partition whose leader is being elected (a topic just created, a broker restarting)
+# answers with these for a moment: asked again until the timeout.
+_ELECTING = frozenset(
+    {
+        CKafkaError.NOT_LEADER_FOR_PARTITION,
+        CKafkaError.LEADER_NOT_AVAILABLE,
+        CKafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
 def watermarks(
     consumer: Consumer, partitions: Iterable[TopicPartitionKey], timeout_s: float = 10.0
 ) -> dict[TopicPartitionKey, tuple[int, int]]:
-    """(low, reported high) watermark per partition, as the broker reports them."""
-    return {
-        (t, p): tuple(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s))  # type: ignore[misc]
-        for t, p in partitions
-    }
+    """(low, reported high) watermark per partition, as the broker reports them; a
+    partition without a leader yet is asked again until `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    marks: dict[TopicPartitionKey, tuple[int, int]] = {}
+    for t, p in partitions:
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=remaining)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() not in _ELECTING or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+                continue
+            marks[(t, p)] = (low, high)
+            break
+    return marks
 
 
 def true_end_offsets(

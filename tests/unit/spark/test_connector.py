@@ -133,11 +133,11 @@ def test_the_command_line_offers_every_connector() -> None:
 
 @pytest.mark.spark
 def test_sparkiq_run_builtin_without_the_connector_fails_at_start_naming_it(
-    tmp_path: Path,
+    tmp_path: Path, bootstrap: str
 ) -> None:
     pipeline = tmp_path / "p.py"
     pipeline.write_text("def pipeline(ctx):\n    raise AssertionError('not reached')\n")
-    args = ["run", str(pipeline), "--bootstrap-servers", "127.0.0.1:1"]
+    args = ["run", str(pipeline), "--bootstrap-servers", bootstrap]
     args += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--kafka-connector", "builtin"]
     done = subprocess.run(
         [sys.executable, "-m", "sparkiq", *args],
