@@ -5,10 +5,11 @@ broker of this test's own, all caught up. The broker's JVM is killed (kill -9) f
 Throughout the outage every node answers every key as the oracle says (each answer with its
 offset), a read `after=` a position past the node's waits its budget and answers 503 as at
 any time, `/readyz` stays 200 and it and `/v1/metadata` say the brokers are unreachable and
-since when; no node process exits, and between the rounds of reads no node spends more than
-a tenth of a core (nothing spins). Each node logs the outage once. Then the broker starts
-again on its port, more records arrive, and every node catches up without a restart:
-every key from every node equals the updated oracle, and the nodes say the brokers answer.
+since when (and `/metrics` for how long); no node process exits, and between the rounds of
+reads no node spends more than a tenth of a core (nothing spins). Each node logs the outage
+once. Then the broker starts again on its port, more records arrive, and every node catches
+up without a restart: every key from every node equals the updated oracle, and the nodes
+say the brokers answer.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import orjson
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.kafkabroker import KafkaBroker
@@ -127,6 +129,14 @@ def check_after_waits(nodes: list[NodeProcess], oracle: Oracle) -> None:
         assert BUDGET_S * 0.9 <= took <= BUDGET_S + 3.0, (node.url, took)
 
 
+def unreachable_seconds(node: NodeProcess) -> float:
+    """The node's `sparkiq_kafka_unreachable_seconds`."""
+    for family in text_string_to_metric_families(node.http_get("/metrics", 5.0).text):
+        if family.name == "sparkiq_kafka_unreachable_seconds":
+            return float(family.samples[0].value)
+    raise AssertionError(f"{node.url} has no sparkiq_kafka_unreachable_seconds")
+
+
 def kafka_says(node: NodeProcess) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `kafka` objects of the node's /readyz (asserted 200) and /v1/metadata."""
     ready = node.http_get("/readyz", 5.0)
@@ -199,6 +209,8 @@ def test_nodes_serve_through_a_broker_outage_and_catch_up_after(
                 break
         for node in nodes:
             assert node.is_running(), f"{node.url} exited; see {node.log_path}"
+        for node in nodes:
+            assert unreachable_seconds(node) >= OUTAGE_S - 15, node.url
         cpu_share = {pid: spent / quiet_s for pid, spent in quiet_cpu.items()}
         assert all(share < CPU_LIMIT for share in cpu_share.values()), cpu_share
         example = kafka_says(nodes[0])
@@ -224,6 +236,7 @@ def test_nodes_serve_through_a_broker_outage_and_catch_up_after(
         while not all(kafka_says(n) == ({"reachable": True}, {"reachable": True}) for n in nodes):
             assert time.monotonic() < deadline, [kafka_says(n) for n in nodes]
             time.sleep(0.5)
+        assert all(unreachable_seconds(n) == 0 for n in nodes)
         assert [n.pid for n in nodes] == pids  # no node restarted
         assert all(n.is_running() for n in nodes)
         for node in nodes:
