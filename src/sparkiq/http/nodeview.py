@@ -117,6 +117,11 @@ class NodeView(Protocol):
         """Why the node is not ready (None when it is), for `/readyz`."""
         ...
 
+    def kafka_contact(self) -> dict[str, object]:
+        """Whether the node reaches its Kafka brokers, and since when it does not (the
+        `kafka` object of `/readyz` and `/v1/metadata`)."""
+        ...
+
     def catalog_loaded(self) -> bool:
         """False until the node has read the catalog once (it knows no table before that)."""
         ...

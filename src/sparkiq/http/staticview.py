@@ -98,6 +98,8 @@ class StaticView:
         self._stores: dict[TopicPartition, ReadableStore] = {}
         self._changed = asyncio.Event()
         self.ready = True
+        # The `kafka` object of /readyz and /v1/metadata: a test may say the brokers are away.
+        self.kafka: dict[str, object] = {"reachable": True}
         self.loaded = True  # catalog_loaded()
         self.progress = PipelineProgress()  # batches a pipeline committed, added by tests
         self.misplaced: dict[str, int] = {}  # misplaced_records() by table name
@@ -310,6 +312,9 @@ class StaticView:
 
     def unready_reason(self) -> str | None:
         return None if self.ready else "the test's view is not ready"
+
+    def kafka_contact(self) -> dict[str, object]:
+        return dict(self.kafka)
 
     def catalog_loaded(self) -> bool:
         return self.loaded

@@ -34,6 +34,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from sparkiq.core.errors import CatalogError, KafkaError, SparkiqError, TopicNotFoundError
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic
+from sparkiq.kafka.brokerstate import BrokerWatch, watch_conf
 from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
@@ -250,7 +251,13 @@ def _apply(tables: dict[str, TableDef], msg: Message) -> bool:
     return True
 
 
-def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int, security: KafkaSecurity) -> Consumer:
+def _catalog_consumer(
+    bootstrap: str,
+    *,
+    fetch_wait_ms: int,
+    security: KafkaSecurity,
+    watch: BrokerWatch | None = None,
+) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -261,6 +268,7 @@ def _catalog_consumer(bootstrap: str, *, fetch_wait_ms: int, security: KafkaSecu
             "fetch.wait.max.ms": fetch_wait_ms,
             **security.librdkafka_conf(),
             **LOG_CONF,
+            **(watch_conf(watch) if watch is not None else {}),
         }
     )
 
@@ -342,7 +350,9 @@ class CatalogWatcher:
     knowing every registered table; `tables()` is the current catalog. `on_change` gets the
     whole catalog (a fresh dict) from the watcher thread: once after the initial read if it
     found tables, then after each batch of records that changed something. Callers on an
-    event loop hop over with ``loop.call_soon_threadsafe``.
+    event loop hop over with ``loop.call_soon_threadsafe``. *watch* hears whether the brokers
+    answer (`sparkiq.kafka.brokerstate`): the watcher polls its consumer all the time, on
+    every node, whatever the node holds.
     """
 
     def __init__(
@@ -354,8 +364,10 @@ class CatalogWatcher:
         poll_timeout_s: float = 0.2,
         start_timeout_s: float = 30.0,
         security: KafkaSecurity = PLAINTEXT,
+        watch: BrokerWatch | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self._watch = watch
         self.security = security
         self.app = app
         self.topic = catalog_topic(app)
@@ -417,7 +429,10 @@ class CatalogWatcher:
                 security=self.security,
             )
             consumer = _catalog_consumer(
-                self.bootstrap, fetch_wait_ms=_FOLLOW_FETCH_WAIT_MS, security=self.security
+                self.bootstrap,
+                fetch_wait_ms=_FOLLOW_FETCH_WAIT_MS,
+                security=self.security,
+                watch=self._watch,
             )
         except BaseException as exc:  # reported to start(), which re-raises it
             self._startup_error = exc

@@ -24,6 +24,7 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_group_generation` | gauge | |
 | `sparkiq_cluster_nodes` | gauge | |
 | `sparkiq_ready` | gauge | |
+| `sparkiq_kafka_unreachable_seconds` | gauge | |
 | `sparkiq_tables` | gauge | |
 | `sparkiq_misplaced_records` | gauge | table |
 | `sparkiq_table_newest_record_age_seconds` | gauge | table (once a record was applied) |
@@ -42,6 +43,7 @@ from prometheus_client.registry import Collector
 
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, TopicPartition
+from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restore.progress import RestoreProgress, fraction_done
@@ -95,6 +97,9 @@ class ObservedNode(Protocol):
 
     @property
     def restorer(self) -> RestorerCounts: ...
+
+    @property
+    def brokers(self) -> BrokerContact: ...
 
     def tables(self) -> Sequence[TableDef]: ...
 
@@ -241,6 +246,13 @@ class NodeMetrics(Collector):
             "sparkiq_ready",
             "1 when the node has joined and all its active partitions serve (as /readyz).",
             value=1 if node.is_ready() else 0,
+        )
+        since = node.brokers.state.since
+        yield GaugeMetricFamily(
+            "sparkiq_kafka_unreachable_seconds",
+            "Seconds since the node found every Kafka broker down (0 while one answers); it "
+            "serves what it holds meanwhile.",
+            value=0.0 if since is None else max(time.time() - since, 0.0),
         )
         yield GaugeMetricFamily(
             "sparkiq_tables", "Tables the node knows from the catalog.", value=len(tables)

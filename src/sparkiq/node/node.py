@@ -24,6 +24,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
 from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.kafka.progress import ProgressFollower
+from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.freshness import TableFreshness, table_freshness
 from sparkiq.node.group.membership import GroupMember
@@ -80,11 +81,14 @@ class Node(Watching):
             security=settings.kafka_config,
             feed=self.changes,
         )
+        # Whether the brokers answer, as the catalog follower (always polling) sees it.
+        self.brokers = BrokerContact(settings.bootstrap_servers)
         self.catalog = CatalogWatcher(
             settings.bootstrap_servers,
             app=settings.app,
             on_change=self._on_catalog_threadsafe,
             security=settings.kafka_config,
+            watch=self.brokers,
         )
         # What each table's pipeline committed (`after_source` reads).
         self.progress = ProgressFollower(
@@ -237,7 +241,17 @@ class Node(Watching):
             if tp[0] in self._by_topic
         )
 
+    def kafka_contact(self) -> dict[str, object]:
+        return self.brokers.fields()
+
     def unready_reason(self) -> str | None:
+        reason = self._unready_reason()
+        unreachable = self.brokers.describe()
+        if reason is None or unreachable is None:
+            return reason
+        return f"{reason}; {unreachable}"
+
+    def _unready_reason(self) -> str | None:
         if self._refused_url is not None:
             return (
                 f"another node advertises the same URL {self._refused_url} and started first: "
@@ -297,6 +311,7 @@ class Node(Watching):
             "partitions": partitions,
             "nodes": nodes,
             "local": describe_local(self.restorer.statuses(), self._by_topic),
+            "kafka": self.brokers.fields(),
         }
 
     def table_summary(self, table: TableDef) -> dict[str, object]:

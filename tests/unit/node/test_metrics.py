@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
+from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.metrics import NodeMetrics, PartitionState
 from sparkiq.node.restore import PartitionStatus, ReplicaState
@@ -59,6 +60,7 @@ class FakeNode:
     ready: bool = False
     misplaced: dict[str, int] = field(default_factory=dict)
     fresh: dict[str, TableFreshness] = field(default_factory=dict)
+    brokers: BrokerContact = field(default_factory=lambda: BrokerContact("k:9092"))
 
     def freshness(self, table: TableDef) -> TableFreshness:
         return self.fresh.get(table.name, TableFreshness(None, None))
@@ -168,6 +170,18 @@ def test_group_ready_and_tables(node: FakeNode) -> None:
     assert value(r, "sparkiq_tables") == 2
     node.ready = True
     assert value(r, "sparkiq_ready") == 1  # read again at each scrape
+
+
+def test_how_long_the_brokers_have_been_unreachable(node: FakeNode) -> None:
+    r = scrape(node)
+    assert value(r, "sparkiq_kafka_unreachable_seconds") == 0
+    node.brokers.lost("every broker is down")
+    node.brokers.state = replace(node.brokers.state, since=time.time() - 30)
+    seconds = value(r, "sparkiq_kafka_unreachable_seconds")
+    assert seconds is not None
+    assert 30 <= seconds < 40
+    node.brokers.reached()
+    assert value(r, "sparkiq_kafka_unreachable_seconds") == 0
 
 
 def test_values_follow_the_node_between_scrapes(node: FakeNode) -> None:

@@ -98,3 +98,25 @@ def test_a_node_whose_url_is_refused_holds_nothing_and_says_why(node: Node) -> N
     assert node.metadata()["refused"] == [{"node_id": node.node_id, "url": node.url}]
     node._on_assignment(ClusterMap(4, {TP: PartitionOwners(node.url)}))
     assert node._refused_url is None
+
+
+def test_a_node_says_when_its_brokers_are_unreachable_and_stays_ready(node: Node) -> None:
+    node._set_tables({"t": TableDef("t", "t", 1)})
+    node._joined = True
+    node._on_assignment(ClusterMap(2, {TP: PartitionOwners(node.url)}))
+    publish(node, ReplicaState.ACTIVE, 10, 10)
+    assert node.metadata()["kafka"] == node.kafka_contact() == {"reachable": True}
+    node.brokers.lost("1/1 brokers are down")
+    assert node.is_ready()  # it holds caught-up state: it stays in rotation
+    kafka = node.kafka_contact()
+    assert kafka["reachable"] is False
+    assert kafka["reason"] == "1/1 brokers are down"
+    assert node.metadata()["kafka"] == kafka
+    # A node not ready yet adds the outage to its reason.
+    publish(node, ReplicaState.RESTORING, 5, 10)
+    reason = node.unready_reason()
+    assert reason is not None
+    assert reason.startswith("the node is still restoring its active partitions; ")
+    assert "the Kafka brokers at 127.0.0.1:1 are unreachable since" in reason
+    node.brokers.reached()
+    assert node.unready_reason() == "the node is still restoring its active partitions"

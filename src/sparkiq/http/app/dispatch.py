@@ -479,8 +479,12 @@ class HttpApi:
         return json_response(self.view.metadata())
 
     def _readyz(self) -> Response:
+        # A ready node stays ready while the brokers are unreachable: it answers what its
+        # stores hold (reads that need newer records answer 503), and taking every node out
+        # of rotation at once would turn a Kafka outage into a sparkiq outage. The body says
+        # so, for people and for load balancers that read it.
         if self.view.is_ready():
-            return _OK
+            return json_response({"status": "ok", "kafka": self.view.kafka_contact()})
         reason = self.view.unready_reason() or "it has not joined the group or is restoring"
         return error_response(
             503,

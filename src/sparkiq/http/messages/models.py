@@ -81,9 +81,36 @@ class ErrorAnswer(BaseModel):
 
 
 class Status(BaseModel):
-    """`/healthz` and a ready `/readyz`."""
+    """`/healthz`."""
 
     status: Literal["ok"]
+
+
+class KafkaContact(BaseModel):
+    """Whether the answering node reaches its Kafka brokers. While it does not, it answers
+    what its stores hold (reads that need newer records wait, then 503), stays ready if it
+    was, and catches up once they are back."""
+
+    reachable: bool
+    unreachable_since: str | None = Field(
+        default=None,
+        description="When the node found every broker down (ISO 8601, UTC); only while "
+        "unreachable.",
+    )
+    unreachable_s: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="Seconds since then; only while unreachable."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="What the Kafka client said of the brokers; only while unreachable.",
+    )
+
+
+class Readiness(BaseModel):
+    """A ready `/readyz`: ready also while the brokers are unreachable (`kafka` says so)."""
+
+    status: Literal["ok"]
+    kafka: KafkaContact
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -309,6 +336,7 @@ class Metadata(BaseModel):
     partitions: list[PartitionMap]
     nodes: list[NodeMap]
     local: list[LocalReplicaStatus]
+    kafka: KafkaContact
 
 
 # -- the pipeline ----------------------------------------------------------------------------------
@@ -353,6 +381,7 @@ class Pipeline(BaseModel):
 DOCUMENTED: tuple[type[BaseModel], ...] = (
     ErrorAnswer,
     Status,
+    Readiness,
     TableList,
     KeyAnswer,
     WindowsAnswer,

@@ -315,8 +315,9 @@ def _operations(s: HttpSettings) -> list[_Operation]:
         _Operation(
             "/readyz", "get", "readyz", "operations", "Readiness",
             "200 once the node has joined the group and restored its active partitions; "
-            "503 with code `not_ready` before.",
-            models.Status, "Ready.",
+            "503 with code `not_ready` before. A ready node stays ready while its Kafka "
+            "brokers are unreachable (it answers what it holds); `kafka` says so.",
+            models.Readiness, "Ready.",
             tuple("NotReady" if e == "ConnectionLimit" else e for e in _ON_OPS), open=True,
         ),
         _Operation(

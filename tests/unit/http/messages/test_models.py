@@ -86,7 +86,7 @@ ANSWERS: list[tuple[str, str, type[BaseModel]]] = [
     ("GET", "/v1/tables/clicks/windows?from=-1h&order=desc&prefix=al&limit=1", m.WindowRangeAnswer),
     ("GET", "/v1/tables/users/windows", m.ErrorAnswer),
     ("GET", "/healthz", m.Status),
-    ("GET", "/readyz", m.Status),
+    ("GET", "/readyz", m.Readiness),
     # Failures: the error shape, with the status of its code.
     ("GET", "/v1/tables/users/keys/nobody", m.ErrorAnswer),
     ("GET", "/v1/tables/nope/keys/x", m.ErrorAnswer),

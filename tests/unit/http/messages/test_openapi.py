@@ -122,6 +122,7 @@ class NodeShapedView(StaticView):
                 {"url": u, "active": [], "standby": [], "warming": [], "lags": {}} for u in (A, B)
             ],
             "local": [],
+            "kafka": self.kafka_contact(),
         }
 
 
