@@ -296,10 +296,10 @@ def test_the_tables_page_shows_each_tables_lag(
         column = next(i for i, t in enumerate(heads.all_inner_texts()) if "active lag" in t)
         for table in (ITEMS, SALES, PLACES):
             cell = p.locator(f'tr[data-table="{table}"] td').nth(column)
-            # Every table is caught up once restored (nothing more is written to it): 0,
-            # over every partition or over the k of n whose active's lag this node knows.
-            known = r"^0( \([1-9]\d* of \d+ partitions known\))?$"
-            expect(cell).to_have_text(re.compile(known), timeout=WAIT_MS)
+            # Every table is caught up once restored (nothing more is written to it): 0
+            # over every partition, on every node, each active's lag as it told this node
+            # now (no "k of n partitions known", no dash, no peer that did not answer).
+            expect(cell).to_have_text(re.compile(r"^0$"), timeout=WAIT_MS)
         assert heads.nth(column).inner_text() == "active lag (max)"  # says which figure
         no_errors(page)
 
@@ -340,20 +340,38 @@ def test_the_lag_and_bar_helpers(
             {"table": "u", "partition": 0, "active": c, "lags": {}},
         ],
     }
-    lags = p.evaluate(
-        """async (meta) => {
+    # The same map with the peers' own figures now (GET /v1/metadata?peers=true): b
+    # answered, c did not (its figures stay those it reported at the last rebalance).
+    with_peers = {
+        **meta,
+        "peers": {
+            b: {"local": [{"table": "t", "partition": 1, "lag": 20}], "error": None},
+            c: {"local": [], "error": "no answer within 1.000s"},
+        },
+    }
+    both = p.evaluate(
+        """async ([meta, withPeers]) => {
         const { tableLag } = await import("/ui/assets/lags.js");
-        return [tableLag(meta, "t"), tableLag(meta, "g", true), tableLag(meta, "g"),
-                tableLag(meta, "u"), tableLag(meta, "none")];
+        const all = (m) => [tableLag(m, "t"), tableLag(m, "g", true), tableLag(m, "g"),
+                            tableLag(m, "u"), tableLag(m, "none")];
+        return [all(meta), all(withPeers)];
     }""",
-        meta,
+        [meta, with_peers],
     )
-    assert lags == [
-        {"lag": 7, "known": 2, "partitions": 3},
-        {"lag": 3, "known": 2, "partitions": 2},
-        {"lag": 50, "known": 1, "partitions": 2},
-        {"lag": None, "known": 0, "partitions": 1},
-        {"lag": None, "known": 0, "partitions": 0},
+    assert both[0] == [
+        {"lag": 7, "known": 2, "partitions": 3, "silent": []},
+        {"lag": 3, "known": 2, "partitions": 2, "silent": []},
+        {"lag": 50, "known": 1, "partitions": 2, "silent": []},
+        {"lag": None, "known": 0, "partitions": 1, "silent": []},
+        {"lag": None, "known": 0, "partitions": 0, "silent": []},
+    ]
+    assert both[1] == [
+        # t: b's lag now (20, not the 5 it reported); c said nothing, and reported nothing.
+        {"lag": 20, "known": 2, "partitions": 3, "silent": [c]},
+        {"lag": 3, "known": 2, "partitions": 2, "silent": []},
+        {"lag": 50, "known": 1, "partitions": 2, "silent": [c]},
+        {"lag": None, "known": 0, "partitions": 1, "silent": [c]},
+        {"lag": None, "known": 0, "partitions": 0, "silent": []},
     ]
     no_errors(page)
 

@@ -58,7 +58,8 @@ class TunableHttpSettings(BaseModel):
         default=1.0,
         gt=0,
         description="How long a read waits for the active's answer before asking a standby "
-        "(the active is asked again, within the budget, if no standby can answer).",
+        "(the active is asked again, within the budget, if no standby can answer); also how "
+        "long GET /v1/metadata?peers=true waits for the other nodes' answers.",
     )
     hop_limit: int = Field(
         default=3,

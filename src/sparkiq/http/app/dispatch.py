@@ -3,11 +3,12 @@
 `HttpApi.handle(method, path, query, headers, body)` takes a request as plain values (the raw,
 still percent-encoded path) and returns a `Response`; the loop server (`loopserver`) and the
 ASGI adapter only move bytes. This module parses and dispatches, and answers the
-single-partition endpoints (key, windows, owner) and the node's own ones (tables, metadata,
-pipeline, health, metrics); `multiget`, `elsewhere` and `ranges` answer those that span partitions
-(multi-get; range and windows of many keys). The server and the adapter try `keypath` (the
-hot path for single-key GETs, `HttpApi.keys`) before `handle`; both read keys with
-`keypath.read_key` and go through the read loop (`readloop.read_one`) for what is not local.
+single-partition endpoints (key, windows, owner) and the node's own ones (tables, health,
+metrics; `metadata` and `pipeline` answer theirs); `multiget`, `elsewhere` and `ranges`
+answer those that span partitions (multi-get; range and windows of many keys). The server
+and the adapter try `keypath` (the hot path for single-key GETs, `HttpApi.keys`) before
+`handle`; both read keys with `keypath.read_key` and go through the read loop
+(`readloop.read_one`) for what is not local.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sparkiq.auth import EVERYONE, AuthConfig, Identity
 from sparkiq.core.errors import FormatError, StorageFault
 from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
-from sparkiq.http.app import pipeline
+from sparkiq.http.app import metadata, pipeline
 from sparkiq.http.app.gate import Gate
 from sparkiq.http.forwarder import Forwarder
 from sparkiq.http.forwarding.pool import PoolForwarder
@@ -245,7 +246,7 @@ class HttpApi:
         elif path == "/v1/tables":
             return ("tables", *self._simple(method, lambda: self._tables(identity)))
         elif path == "/v1/metadata":
-            return ("metadata", *self._simple(method, self._metadata))
+            return ("metadata", *await self._metadata(method, query, headers))
         elif path == "/v1/pipeline":
             reply = partial(pipeline.answer, self.view, identity, query)
             return ("pipeline", *self._simple(method, reply))
@@ -475,8 +476,19 @@ class HttpApi:
         tables = [view.table_summary(t) for t in view.tables() if identity.may_read(t.name)]
         return json_response({"tables": tables})
 
-    def _metadata(self) -> Response:
-        return json_response(self.view.metadata())
+    async def _metadata(self, method: str, query: str, headers: Headers) -> Answer:
+        if method != "GET":
+            return _wrong_method(method, "GET"), Outcome.ERROR
+        # A peer is waited for as long as a read waits for an active: the console asks every
+        # few seconds, and a slow peer is listed with its error rather than waited out.
+        response = await metadata.answer(
+            self.view,
+            self.forwarder,
+            self.settings.active_timeout_s,
+            query,
+            forwarded=headers.get(HOPS_HEADER) is not None,
+        )
+        return response, Outcome.LOCAL if response.status == 200 else Outcome.ERROR
 
     def _readyz(self) -> Response:
         # A ready node stays ready while the brokers are unreachable: it answers what its

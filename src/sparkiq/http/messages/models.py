@@ -318,6 +318,19 @@ class LocalReplicaStatus(BaseModel):
     rebuilds: Count = Field(description="Times the node rebuilt this store from the changelog.")
 
 
+class PeerReplicas(BaseModel):
+    """What another node said of its own replicas when this one asked it (`peers=true`)."""
+
+    local: list[LocalReplicaStatus] = Field(
+        description="Its own replicas and their lag now, as its `local`; empty when it did "
+        "not answer."
+    )
+    error: str | None = Field(
+        description="Why it said nothing (no answer within the budget, refused, ...); null "
+        "when it answered."
+    )
+
+
 class Metadata(BaseModel):
     """The answering node's view of the cluster."""
 
@@ -337,6 +350,12 @@ class Metadata(BaseModel):
     nodes: list[NodeMap]
     local: list[LocalReplicaStatus]
     kafka: KafkaContact
+    peers: dict[str, PeerReplicas] | None = Field(
+        default=None,
+        description="With `peers=true`: node URL -> what each other node holding a replica "
+        "said of its own replicas when this node asked it, so every partition's current lag "
+        "is known (the map's `lags` are from the last rebalance).",
+    )
 
 
 # -- the pipeline ----------------------------------------------------------------------------------

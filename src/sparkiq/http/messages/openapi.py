@@ -289,8 +289,12 @@ def _operations(s: HttpSettings) -> list[_Operation]:
             "/v1/metadata", "get", "metadata", "cluster", "Read the cluster map",
             "This node's view of the cluster: the tables, each partition's active, "
             "standbys and warming nodes with their lags, every node's partitions, and "
-            "this node's own replicas. Smart clients and proxies route by it.",
-            models.Metadata, "The cluster map.", _ON_NODE,
+            "this node's own replicas. Smart clients and proxies route by it. The lags of "
+            "other nodes' replicas in the map are those they reported at the last "
+            "rebalance; with `peers=true` the node also asks every other node holding a "
+            "replica for its own replicas now (`peers`; one that does not answer within "
+            f"{s.active_timeout_s:g} s is listed with its `error`).",
+            models.Metadata, "The cluster map.", ("BadRequest", *_ON_NODE), ("Peers",),
         ),
         _Operation(
             "/v1/pipeline", "get", "pipeline", "cluster", "Watch the pipeline's queries",

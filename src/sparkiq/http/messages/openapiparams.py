@@ -85,6 +85,11 @@ def parameters(s: HttpSettings) -> JsonObject:
                     "Only batches that finished after this time (epoch ms). Default: ten "
                     "minutes before now.",
                     {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}),
+        "Peers": ("query", "peers",
+                  "`true`: also ask every other node that holds a replica for its own "
+                  "replicas and their lag now (`peers` in the answer). Not accepted on a "
+                  "request one node forwards to another.",
+                  {"type": "boolean", "default": False}),
         "RangeFrom": ("query", "from",
                       f"Smallest key (inclusive), written as in a path. {_KEY_FORMATS}", _STRING),
         "RangeTo": ("query", "to", "Largest key (inclusive), written as in a path.", _STRING),

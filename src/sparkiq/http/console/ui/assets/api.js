@@ -65,10 +65,10 @@ export function segment(text) {
   return encodeURIComponent(text);
 }
 
-// GET /v1/metadata, with every list the views read present (empty when a node leaves one
-// out).
-export async function metadata(signal) {
-  const meta = await get("/v1/metadata", {}, signal);
+// GET /v1/metadata (with `params`, e.g. { peers: "true" }), with every list the views read
+// present (empty when a node leaves one out).
+export async function metadata(signal, params = {}) {
+  const meta = await get("/v1/metadata", params, signal);
   for (const name of ["nodes", "partitions", "local", "tables", "refused"]) {
     if (!Array.isArray(meta[name])) meta[name] = [];
   }

@@ -1,7 +1,7 @@
 // Every table: kind, formats, partitions and freshness (applied offset vs changelog end).
 
 import { get, metadata } from "./api.js";
-import { h, link, num, replace, table } from "./dom.js";
+import { h, hostOf, link, num, replace, table } from "./dom.js";
 import { tableLag } from "./lags.js";
 
 // Fields of a /v1/tables entry shown in their own columns; any other field (freshness
@@ -13,11 +13,11 @@ export function tablesView({ session, body, offerTables }) {
   replace(
     body,
     h("h1", {}, "Tables"),
-    h("p", { class: "muted" }, "Freshness is what this node sees: its own replicas' applied offsets against the changelog end; and the lag of the table's actives, the most any partition's active is behind the changelog end (this node's own actives: now; the others': as they reported it at the last rebalance; \"k of n partitions known\" when this node knows the lag of only k of the table's n actives)."),
+    h("p", { class: "muted" }, "Freshness: this node's own replicas' applied offsets against the changelog end; and the table's active lag, the most any partition's active is behind the changelog end now, as each active told this node (an active that did not answer: the figure it reported at the last rebalance, and the cell says so; \"k of n partitions known\" when only k of the table's n actives' lags are known)."),
     list,
   );
   session.every(3000, async (signal) => {
-    const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), metadata(signal)]);
+    const [doc, meta] = await Promise.all([get("/v1/tables", {}, signal), metadata(signal, { peers: "true" })]);
     offerTables(doc.tables.map((t) => t.name));
     const rows = doc.tables.map((t) => row(t, meta));
     replace(list, doc.tables.length ? table(["table", "kind", "key", "value", "partitions", "partitioner", "applied / end (this node)", "active lag (max)", "more"], rows, "tables") : h("p", { class: "muted" }, "No table is registered yet (or none you may read)."));
@@ -53,7 +53,10 @@ function row(t, meta) {
   );
 }
 
-function lagText({ lag, known, partitions }) {
-  if (lag === undefined) return "–";
-  return known < partitions ? [num(lag), h("span", { class: "muted" }, ` (${known} of ${partitions} partitions known)`)] : num(lag);
+function lagText({ lag, known, partitions, silent }) {
+  const notes = [];
+  if (lag !== undefined && known < partitions) notes.push(`${known} of ${partitions} partitions known`);
+  if (silent.length) notes.push(`${silent.map(hostOf).join(", ")} did not answer: ${lag === undefined ? "no figure" : "figures from the last rebalance"}`);
+  const note = notes.length ? h("span", { class: "muted", title: silent.join(" ") || null }, ` (${notes.join("; ")})`) : "";
+  return [lag === undefined ? "–" : num(lag), note];
 }
