@@ -28,9 +28,14 @@ class ClientErrors:
 
     def __init__(self) -> None:
         self._seen: deque[str] = deque(maxlen=3)
+        self.refusal: str | None = None  # a login refused or a TLS handshake failed
 
     def __call__(self, err: CKafkaError) -> None:
         self._seen.append(err.str())
+        if err.code() in (CKafkaError._AUTHENTICATION, CKafkaError._SSL) or (
+            err.code() == CKafkaError._TRANSPORT and "SSL handshake failed" in err.str()
+        ):
+            self.refusal = err.str()
 
     def hint(self, client: AdminClient, security: KafkaSecurity) -> str:
         """What to add to a failure message: the client's last errors and how it connects."""
@@ -108,6 +113,34 @@ def create_topic(
     wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s, security=security)
 
 
+# The slices an admin client's metadata request is waited for in, so that a refusal the
+# error callback reports ends the wait (see `metadata_of`).
+_METADATA_SLICE_S = 0.5
+
+
+def metadata_of(
+    admin: AdminClient, topic: str | None, timeout_s: float, errors: ClientErrors | None
+) -> Any:
+    """`admin.list_topics(topic)` within `timeout_s`, asked in short slices: when `errors`
+    has seen the brokers refuse the login or the TLS handshake fail, the wait ends at once
+    (a retry could not succeed) with the last slice's KafkaException."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        slice_s = min(_METADATA_SLICE_S, max(deadline - time.monotonic(), 0.01))
+        try:
+            return admin.list_topics(topic=topic, timeout=slice_s)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code not in (CKafkaError._TIMED_OUT, CKafkaError._TRANSPORT):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            if errors is not None:
+                admin.poll(0)  # serves the error callbacks queued meanwhile
+                if errors.refusal is not None:
+                    raise
+
+
 class _HasMetadata(Protocol):
     # Returns confluent-kafka's ClusterMetadata (not exported under a public name).
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
@@ -139,11 +172,17 @@ def partition_count(
     errors = ClientErrors()
     admin = admin_client(bootstrap_servers, security=security, errors=errors)
     try:
-        return count_partitions(admin, topic, bootstrap_servers, timeout_s)
-    except TopicNotFoundError:
-        raise
-    except KafkaError as exc:
-        raise KafkaError(f"{exc}{errors.hint(admin, security)}") from exc.__cause__
+        md = metadata_of(admin, topic, timeout_s, errors)
+    except KafkaException as exc:
+        raise KafkaError(
+            f"cannot read metadata of topic {topic!r}: {exc}{errors.hint(admin, security)}"
+        ) from exc
+    info = md.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise TopicNotFoundError(
+            f"topic {topic!r} does not exist on {bootstrap_servers}; create it first"
+        )
+    return len(info.partitions)
 
 
 def list_topics(
@@ -153,7 +192,7 @@ def list_topics(
     errors = ClientErrors()
     admin = admin_client(bootstrap_servers, security=security, errors=errors)
     try:
-        md = admin.list_topics(timeout=timeout_s)
+        md = metadata_of(admin, None, timeout_s, errors)
     except KafkaException as exc:
         raise KafkaError(
             f"cannot list the topics on {bootstrap_servers}: {exc}{errors.hint(admin, security)}"

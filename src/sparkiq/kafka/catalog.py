@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.errors import CatalogError, KafkaError, SparkiqError, TopicNotFoundError
 from sparkiq.core.tables import TableDef
-from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic
+from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic, metadata_of
 from sparkiq.kafka.brokerstate import BrokerWatch, watch_conf
 from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.offsets import true_end_offsets
@@ -139,7 +139,7 @@ def _existing_partition_count(
         bootstrap, {"allow.auto.create.topics": "false"}, security=security, errors=errors
     )
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        md = metadata_of(admin, topic, timeout_s, errors)
     except KafkaException as exc:
         raise KafkaError(
             f"cannot read metadata of topic {topic!r} from {bootstrap}: {exc}"
