@@ -227,16 +227,30 @@ def topic_config(
     timeout_s: float = 10.0,
     security: KafkaSecurity = PLAINTEXT,
 ) -> dict[str, str]:
-    """The settings of *topic* (`cleanup.policy`, `retention.ms`, ...) as the broker has."""
+    """The settings of *topic* (`cleanup.policy`, `retention.ms`, ...) as the broker has.
+
+    A topic just created may be unknown for a moment to the broker asked (another one than
+    the creation's, on a cluster of several): asked again until *timeout_s* has passed.
+    """
     errors = ClientErrors()
     admin = admin_client(bootstrap_servers, security=security, errors=errors)
-    futures = admin.describe_configs([ConfigResource("topic", topic)], request_timeout=timeout_s)
-    try:
-        entries = next(iter(futures.values())).result(timeout_s)
-    except KafkaException as exc:
-        raise KafkaError(
-            f"cannot read the settings of topic {topic!r}: {exc}{errors.hint(admin, security)}"
-        ) from exc
-    finally:
-        del futures
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        futures = admin.describe_configs(
+            [ConfigResource("topic", topic)], request_timeout=remaining
+        )
+        try:
+            entries = next(iter(futures.values())).result(remaining)
+            break
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == CKafkaError.UNKNOWN_TOPIC_OR_PART
+            if unknown and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise KafkaError(
+                f"cannot read the settings of topic {topic!r}: {exc}{errors.hint(admin, security)}"
+            ) from exc
+        finally:
+            del futures
     return {name: entry.value for name, entry in entries.items() if entry.value is not None}

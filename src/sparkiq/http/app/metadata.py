@@ -48,7 +48,7 @@ async def answer(
     params = parse_query(query, PARAMS)
     if isinstance(params, Failure):
         return failure_response(params)
-    wants_peers = _bool(params.get(PEERS_PARAM, ""))
+    wants_peers = _bool(params.get(PEERS_PARAM))
     if wants_peers is None:
         return failure_response(
             Failure(FailureReason.BAD_REQUEST, f"{PEERS_PARAM} takes true or false")
@@ -108,9 +108,12 @@ def _failed(error: str) -> PeerReplicas:
     return {"local": [], "error": error}
 
 
-def _bool(raw: str) -> bool | None:
-    """`true`/`false` (empty: false); None for anything else."""
-    return {"": False, "false": False, "true": True}.get(raw)
+def _bool(raw: str | None) -> bool | None:
+    """`true`/`false` (not given: false); None for anything else, the empty text included
+    (the OpenAPI document says the parameter is a boolean)."""
+    if raw is None:
+        return False
+    return {"false": False, "true": True}.get(raw)
 
 
 def _json(body: bytes) -> Any:
