@@ -41,6 +41,8 @@ class ClientErrors:
         """What to add to a failure message: the client's last errors and how it connects."""
         client.poll(0)  # serves the error callbacks the failed request left queued
         reported = [e for e in self._seen if "brokers are down" not in e]
+        if self.refusal is not None:  # the reason, whatever came after it
+            reported.append(self.refusal)
         said = f"; the client reported: {reported[-1]}" if reported else ""
         return f"{said} (connecting with {security.summary})"
 
