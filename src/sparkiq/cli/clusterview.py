@@ -16,7 +16,8 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
-from sparkiq.core.errors import ClientError, NodesUnreachable
+from sparkiq.client.unreached import NOT_ACCEPTED, nodes_unreachable, why_not_accepted
+from sparkiq.core.errors import ClientError
 
 
 def fetch_metadata(
@@ -25,22 +26,21 @@ def fetch_metadata(
     """The metadata of the first node that answers (through `http`: credentials, trust)."""
     get = http.get if http is not None else httpx.get
     errors = []
-    reached = False
+    unreached: dict[str, str] = {}
     for url in urls:
         try:
             resp = get(f"{url.rstrip('/')}/v1/metadata", timeout=timeout_s)
-            reached = True
             if resp.status_code == 200:
                 meta: dict[str, Any] = resp.json()
                 return meta
             errors.append(f"{url}: HTTP {resp.status_code}")
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+        except NOT_ACCEPTED as exc:
+            unreached[url] = why_not_accepted(exc)
             errors.append(f"{url}: {exc}")
         except httpx.HTTPError as exc:
-            reached = True
             errors.append(f"{url}: {exc}")
-    if not reached:
-        raise NodesUnreachable("no node accepted a connection: " + "; ".join(errors))
+    if all(url in unreached for url in urls):
+        raise nodes_unreachable(unreached)
     raise ClientError("no node answered /v1/metadata: " + "; ".join(errors))
 
 

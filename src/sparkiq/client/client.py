@@ -39,7 +39,8 @@ import orjson
 from sparkiq.client.pages import Time, key_text, page_query, paged
 from sparkiq.client.routes import Routes, dedupe, parse_routes
 from sparkiq.client.streams import follow
-from sparkiq.core.errors import BadNodeUrl, ClientError, FormatError, NodesUnreachable
+from sparkiq.client.unreached import NOT_ACCEPTED, nodes_unreachable, why_not_accepted
+from sparkiq.core.errors import BadNodeUrl, ClientError, FormatError
 from sparkiq.core.positions import BadPositions, TokenBook
 from sparkiq.core.serde import key_codec
 from sparkiq.core.tables import Format
@@ -475,10 +476,7 @@ class Client:
         while True:
             if attempt and attempt % len(order) == 0:
                 if not self._wait_for_unreachable and unreached is not None:
-                    raise NodesUnreachable(
-                        "no node accepted a connection: "
-                        + "; ".join(f"{url}: {why}" for url, why in unreached.items())
-                    )
+                    raise nodes_unreachable(unreached)
                 # A whole round failed: a fresher map, then a short pause before the next.
                 self._refresh_soon()
                 order = plan()
@@ -496,10 +494,10 @@ class Client:
                     headers=headers,
                     timeout=max(min(self._timeout_s, remaining), 0.05),
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except NOT_ACCEPTED as exc:
                 last = f"{url}: {exc.__class__.__name__} {exc}"
                 if unreached is not None:
-                    unreached[url] = str(exc) or exc.__class__.__name__
+                    unreached[url] = why_not_accepted(exc)
             except httpx.HTTPError as exc:
                 last = f"{url}: {exc.__class__.__name__} {exc}"
                 unreached = None

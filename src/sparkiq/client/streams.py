@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import orjson
 
-from sparkiq.core.errors import ClientError, NodesUnreachable
+from sparkiq.client.unreached import NOT_ACCEPTED, nodes_unreachable, why_not_accepted
+from sparkiq.core.errors import ClientError
 from sparkiq.http.messages.sse import EventReader
 
 _PAUSE_S = 0.5  # between two rounds of the plan
@@ -66,16 +67,13 @@ def follow(
                             last = event.event_id or last
                             if event.name == "message":
                                 yield orjson.loads(event.data)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except NOT_ACCEPTED as exc:
                 if unreached is not None:
-                    unreached[url] = str(exc) or exc.__class__.__name__
+                    unreached[url] = why_not_accepted(exc)
                 continue
             except httpx.HTTPError:
                 continue
         if not wait_for_unreachable and unreached:
-            raise NodesUnreachable(
-                "no node accepted a connection: "
-                + "; ".join(f"{url}: {why}" for url, why in unreached.items())
-            )
+            raise nodes_unreachable(unreached)
         between_rounds()
         time.sleep(_PAUSE_S)

@@ -157,6 +157,11 @@ def count_partitions(client: _HasMetadata, topic: str, where: str, timeout_s: fl
         md = client.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaError(f"cannot read metadata of topic {topic!r}: {exc}") from exc
+    return _partitions_in(md, topic, where)
+
+
+def _partitions_in(md: Any, topic: str, where: str) -> int:
+    """Partitions of *topic* in cluster metadata *md*; TopicNotFoundError if it has none."""
     info = md.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise TopicNotFoundError(f"topic {topic!r} does not exist on {where}; create it first")
@@ -179,12 +184,7 @@ def partition_count(
         raise KafkaError(
             f"cannot read metadata of topic {topic!r}: {exc}{errors.hint(admin, security)}"
         ) from exc
-    info = md.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        raise TopicNotFoundError(
-            f"topic {topic!r} does not exist on {bootstrap_servers}; create it first"
-        )
-    return len(info.partitions)
+    return _partitions_in(md, topic, bootstrap_servers)
 
 
 def list_topics(
