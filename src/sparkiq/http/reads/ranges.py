@@ -275,7 +275,7 @@ def key_bounds(
     api: ApiParts, table: TableDef, params: Params, names: tuple[str, str, str]
 ) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None] | Failure:
     """The lowest key, highest key and prefix parameters (`names`) as keys' store forms, and
-    the cursor."""
+    the cursor; a lowest key after the highest is refused."""
     codec = codecs(table)[0]
     limit = api.settings.max_key_bytes
     out: list[bytes | None] = []
@@ -289,6 +289,13 @@ def key_bounds(
             return Failure(wire.reason, f"{name}: {wire.message}")
         out.append(codec.wire_to_store(wire))
     lo, hi, prefix = out
+    if lo is not None and hi is not None and lo > hi:
+        # Nothing lies between them: an empty page would read as "no such keys".
+        return Failure(
+            FailureReason.BAD_REQUEST,
+            f"{names[0]} ({params[names[0]]}) comes after {names[1]} ({params[names[1]]}) "
+            "in the table's key order; swap them, or use order=desc to read downwards",
+        )
     after: bytes | None = None
     if "cursor" in params:
         cursor = decode_cursor(params["cursor"])

@@ -267,5 +267,22 @@ async def test_window_reads_refuse_what_they_cannot_answer(
         assert r.json()["error"]["code"] == "bad_request"
     r = await client.get("/v1/tables/users/range?order=DESC")
     assert r.status_code == 400
+
+
+async def test_a_range_whose_from_comes_after_its_to_is_refused(
+    clients: list[httpx.AsyncClient],
+) -> None:
+    for client in clients:
+        r = await client.get("/v1/tables/users/range?from=user-050&to=user-040")
+        assert r.status_code == 400, r.text
+        assert "from (user-050) comes after to (user-040)" in r.json()["error"]["message"]
+        r = await client.get("/v1/tables/seqs/windows?key_from=3&key_to=-1")
+        assert r.status_code == 400, r.text
+        assert "key_from (3) comes after key_to (-1)" in r.json()["error"]["message"]
+        # Equal bounds are one key; reversed order reads downwards, not a reversed range.
+        r = await client.get("/v1/tables/users/range?from=user-040&to=user-040")
+        assert [i["key"] for i in r.json()["items"]] == ["user-040"]
+        r = await client.get("/v1/tables/users/range?from=user-040&to=user-042&order=desc")
+        assert [i["key"] for i in r.json()["items"]] == ["user-042", "user-041", "user-040"]
     r = await client.get("/v1/tables/clicks/keys/u001/windows?limit=21")
     assert r.status_code == 400
