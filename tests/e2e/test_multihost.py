@@ -73,8 +73,11 @@ def metadata(url: str) -> dict[str, object]:
 
 
 def settled(nodes: list[NodeProcess]) -> bool:
-    """Every running node ready, each sees exactly the running nodes, each holds actives."""
-    running = [n for n in nodes if n.is_running()]
+    """Every node ready, each sees exactly these nodes; a node that exited fails the wait
+    with its log's end (no node running would otherwise count as settled)."""
+    for node in nodes:
+        assert node.is_running(), f"{node.url} exited: {node.log_path.read_text()[-3000:]}"
+    running = nodes
     if not all(n.is_ready() for n in running):
         return False
     urls = sorted(n.url for n in running)
