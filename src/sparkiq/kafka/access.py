@@ -1,13 +1,12 @@
-"""What a Kafka principal may do to the topics and groups sparkiq relies on, asked of the
-brokers before a command or a node starts to rely on them, and said in one message when a
-right is missing.
+"""What a Kafka principal may do to the topics sparkiq relies on, asked of the brokers
+before a command or a node starts to rely on them, and said in one message when a right is
+missing.
 
 Without the check, a missing right surfaces late and far from its cause: a restorer whose
-fetches are refused retries forever (the node never becomes ready), a group member waits for
-an assignment that never comes, a Spark query dies with a JVM stack. The brokers tell a
-client what it may do to a topic or group it may describe (Kafka's "authorized operations",
-KIP-430), so the rights on any number of topics are checked in one request, without
-trying anything.
+fetches are refused retries forever (the node never becomes ready), a Spark query dies with
+a JVM stack. The brokers tell a client what it may do to a topic it may describe (Kafka's
+"authorized operations", KIP-430), so the rights on any number of topics are checked in one
+request, without trying anything. (A refused group join is said by the group member.)
 
 What is needed and how a refusal reads: `sparkiq.kafka.rights`.
 """

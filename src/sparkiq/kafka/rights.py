@@ -14,7 +14,15 @@ from enum import StrEnum
 
 from sparkiq.kafka.security import KafkaSecurity
 
-__all__ = ["Need", "Operation", "Refusal", "Resource", "principal_of", "refusal_message"]
+__all__ = [
+    "DENIED_CODE",
+    "Need",
+    "Operation",
+    "Refusal",
+    "Resource",
+    "principal_of",
+    "refusal_message",
+]
 
 
 class Resource(StrEnum):
@@ -25,7 +33,7 @@ class Resource(StrEnum):
 
 
 class Operation(StrEnum):
-    """Kafka ACL operations sparkiq needs. READ, WRITE and CREATE each imply DESCRIBE."""
+    """Kafka ACL operations sparkiq needs. READ and WRITE each imply DESCRIBE (CREATE does not)."""
 
     READ = "READ"
     WRITE = "WRITE"
@@ -62,6 +70,7 @@ class Refusal:
         return DENIED_CODE[self.need.resource]
 
     def describe(self) -> str:
+        """E.g. "principal User:x may not READ topic t (TOPIC_AUTHORIZATION_FAILED) (...)"."""
         need = self.need
         why = f" (needed to {need.for_what})" if need.for_what else ""
         return (
