@@ -1,12 +1,13 @@
 """Shared fixtures: one Apache Kafka broker per test session (and the dev broker, started on
-first use, for the tests that also check compatibility with it), unique topic names, free
-ports."""
+first use, for the tests that also check compatibility with it; and a secured Apache Kafka,
+started on first use, for the tests of rights), unique topic names, free ports."""
 
 from __future__ import annotations
 
 import gc
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +17,9 @@ from sparkiq.dev.ports import free_port
 
 # The shared helpers (some are plugins of their test modules) get pytest's assert messages.
 pytest.register_assert_rewrite("tests.support")
+
+if TYPE_CHECKING:
+    from tests.support.secured import SecuredKafka
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +70,17 @@ def any_bootstrap(request: pytest.FixtureRequest) -> str:
     from tests.support.brokers import bootstrap_of
 
     return bootstrap_of(request, request.param)
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """Apache Kafka with SCRAM-SHA-512 over TLS and ACLs enforced (started on first use):
+    its users have no right until a test grants one; tests use topics of their own."""
+    from tests.support.secured import SecuredKafka
+
+    kafka = SecuredKafka(tmp_path_factory.mktemp("secured-kafka")).start()
+    try:
+        yield kafka
+        gc.collect()
+    finally:
+        kafka.stop()

@@ -272,3 +272,11 @@ def test_every_client_method_is_in_the_readme_with_what_it_returns() -> None:
 @pytest.mark.parametrize("name", _PUBLIC)
 def test_every_client_method_has_a_docstring(name: str) -> None:
     assert inspect.getdoc(getattr(Client, name)), f"Client.{name} has no docstring"
+
+
+def test_the_table_of_kafka_rights_is_the_one_the_roles_define() -> None:
+    """The rights the README lists are those the node and commands check and the secured
+    end-to-end test grants (`sparkiq.kafka.roles`)."""
+    from sparkiq.kafka.roles import rights_table
+
+    assert rights_table() in readme.README.read_text()

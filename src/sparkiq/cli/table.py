@@ -120,8 +120,10 @@ def table_create(
     tells which partitioner placed them.
     """
     from sparkiq.core.durations import parse_duration_ms
+    from sparkiq.kafka.access import check_rights
     from sparkiq.kafka.admin import partition_count
     from sparkiq.kafka.catalog import read_catalog, register_table
+    from sparkiq.kafka.roles import table_create_needs
     from sparkiq.kafka.sample import sample_records
 
     security = kafka_security(kafka_config, kafka_properties)
@@ -129,6 +131,12 @@ def table_create(
     def run() -> None:
         retention_ms = parse_duration_ms(retention) if retention is not None else None
         reach_brokers(bootstrap_servers)
+        check_rights(
+            bootstrap_servers,
+            table_create_needs(app, topic),
+            doing=f"register table {name!r}",
+            security=security,
+        )
         partitions = partition_count(bootstrap_servers, topic, security=security)
         existing = read_catalog(bootstrap_servers, app=app, security=security).get(name)
         if existing is not None and not replace:

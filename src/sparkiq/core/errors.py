@@ -4,7 +4,8 @@
     ├── ConfigError            a setting or argument cannot be used as given
     ├── BrokerError            the dev broker cannot be started or does not answer
     ├── KafkaError             a Kafka call failed (topic missing, timeout, produce failure)
-    │   └── TopicNotFoundError
+    │   ├── TopicNotFoundError
+    │   └── AccessDeniedError  the principal lacks a right (ACL) on a topic or group
     ├── FormatError            bytes or text that do not parse in a table's key/value format
     │   └── KeyFormatError
     ├── CatalogError           a table definition is missing, invalid or conflicting
@@ -43,6 +44,10 @@ class KafkaError(SparkiqError):
 
 class TopicNotFoundError(KafkaError):
     """A topic that must exist does not."""
+
+
+class AccessDeniedError(KafkaError):
+    """The brokers do not grant the client's principal a right it needs on a topic or group."""
 
 
 class FormatError(SparkiqError):

@@ -10,6 +10,11 @@ The settings are Kafka's defaults but for what this machine and a test run need:
 thread pools sized to share two cores with Spark and three serving nodes, and a session
 timeout floor of one second, so tests can notice a killed node quickly.
 Everything binds to the host given (127.0.0.1 by default) and is stopped by PID.
+
+Secured, for the security tests: SCRAM-SHA-512 logins on a listener of their own (SASL), over
+TLS when given a certificate (SASL_SSL), and ACLs enforced by Kafka's StandardAuthorizer. The
+PLAINTEXT listener stays: it is the brokers' and the controller's own (their principal,
+User:ANONYMOUS, is a super user), not one for clients of a secured cluster.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +65,10 @@ Configuration:
       AppenderRef:
         - ref: STDOUT
     Logger:
+      # Every refused operation, one line each (who, what, which resource): what a role
+      # lacks shows in the node's log.
+      - name: kafka.authorizer.logger
+        level: INFO
       - name: kafka.server.KafkaRaftServer
         level: INFO
       - name: kafka.server.BrokerServer
@@ -110,6 +119,27 @@ _SASL_SETTINGS = {
         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
     ),
 }
+
+
+# Kafka's ACLs: every request is authorized by the StandardAuthorizer (KRaft's own); what no
+# ACL allows is refused. The brokers and the controller talk over PLAINTEXT as User:ANONYMOUS,
+# which must be a super user, as must the admins who grant the others their rights.
+_ACL_SETTINGS = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "false",
+}
+
+
+def _tls_settings(keystore: Path) -> dict[str, str]:
+    """The SASL listener over TLS: its certificate chain and key in one PEM file."""
+    return {
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_SSL"
+        ),
+        "listener.name.sasl.ssl.keystore.type": "PEM",
+        "listener.name.sasl.ssl.keystore.location": str(keystore),
+        "listener.name.sasl.ssl.client.auth": "none",
+    }
 
 
 def _new_cluster_id() -> str:
@@ -163,6 +193,11 @@ class KafkaBroker:
     *scram_users* (name -> password) adds a SASL_PLAINTEXT listener on each node that takes
     SCRAM-SHA-512 logins of those users only (`sasl_bootstrap_servers`); the PLAINTEXT
     listener stays, for the brokers themselves and for tests that need no login.
+    *tls_cert_file* and *tls_key_file* (PEM; the certificate chain for the host, an
+    unencrypted PKCS#8 key) make that listener SASL_SSL. *acls* enforces ACLs
+    (`allow.everyone.if.no.acl.found=false`): only the *super_users* (SCRAM user names) and
+    the brokers themselves may do anything no ACL grants; grant the others with
+    `sparkiq.dev.acls.create_acls` as a super user.
     """
 
     nodes: int = 1
@@ -170,6 +205,10 @@ class KafkaBroker:
     data_dir: Path | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
     scram_users: Mapping[str, str] = field(default_factory=dict)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    acls: bool = False
+    super_users: Sequence[str] = ()
     heap_mb: int | None = None
     startup_timeout_s: float = 90.0
     progress: Callable[[str], None] | None = None
@@ -184,10 +223,22 @@ class KafkaBroker:
     def __post_init__(self) -> None:
         if self.nodes not in (1, 3):
             raise BrokerError(f"an Apache Kafka cluster here has 1 or 3 nodes, not {self.nodes}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise BrokerError("TLS needs both tls_cert_file and tls_key_file")
+        if self.tls_cert_file is not None and not self.scram_users:
+            raise BrokerError("the TLS listener is the SASL one: give scram_users too")
+        unknown = sorted(set(self.super_users) - set(self.scram_users))
+        if unknown:
+            raise BrokerError(f"super users {unknown} are not among the scram_users")
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{self.host}:{n.port}" for n in self._nodes)
+
+    @property
+    def sasl_protocol(self) -> str:
+        """The SASL listener's ``security.protocol``: SASL_SSL with a certificate."""
+        return "SASL_PLAINTEXT" if self.tls_cert_file is None else "SASL_SSL"
 
     @property
     def sasl_bootstrap_servers(self) -> str:
@@ -349,6 +400,15 @@ class KafkaBroker:
             }
             if node.sasl_port is not None:
                 own.update(_SASL_SETTINGS)
+                if self.tls_cert_file is not None and self.tls_key_file is not None:
+                    keystore = node.home / "keystore.pem"
+                    keystore.write_bytes(
+                        self.tls_key_file.read_bytes() + self.tls_cert_file.read_bytes()
+                    )
+                    own.update(_tls_settings(keystore))
+            if self.acls:
+                supers = ["User:ANONYMOUS", *(f"User:{name}" for name in self.super_users)]
+                own.update({**_ACL_SETTINGS, "super.users": ";".join(supers)})
             text = "".join(f"{k}={v}\n" for k, v in {**shared, **own, **self.settings}.items())
             node.config_path.write_text(text)
             (node.home / "log4j2.yaml").write_text(_LOG4J2)

@@ -13,8 +13,17 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from sparkiq.core.errors import KafkaError, TopicNotFoundError
+from sparkiq.core.errors import AccessDeniedError, KafkaError, TopicNotFoundError
 from sparkiq.kafka.clientlog import LOG_CONF
+from sparkiq.kafka.rights import (
+    DENIED_CODE,
+    Need,
+    Operation,
+    Refusal,
+    Resource,
+    principal_of,
+    refusal_message,
+)
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 
@@ -98,18 +107,24 @@ def create_topic(
         request_timeout=timeout_s,
     )
     failure: str | None = None
+    denied: str | None = None
     for topic, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
             err = exc.args[0]
-            if not (exist_ok and err.name() == "TOPIC_ALREADY_EXISTS"):
+            if err.name() == DENIED_CODE[Resource.TOPIC]:
+                denied = topic
+            elif not (exist_ok and err.name() == "TOPIC_ALREADY_EXISTS"):
                 failure = f"cannot create topic {topic!r}: {err.str()}"
                 if err.code() in (CKafkaError._TIMED_OUT, CKafkaError._TRANSPORT):
                     failure += errors.hint(admin, security)
     # The futures hold the admin client in a reference cycle through their exception;
     # drop them now so the client closes at once rather than at the next collection.
     del futures
+    if denied is not None:
+        refusal = Refusal(Need(Resource.TOPIC, denied, Operation.CREATE), principal_of(security))
+        raise AccessDeniedError(refusal_message([refusal], bootstrap_servers, "create a topic"))
     if failure is not None:
         raise KafkaError(failure)
     wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s, security=security)
@@ -160,9 +175,17 @@ def count_partitions(client: _HasMetadata, topic: str, where: str, timeout_s: fl
     return _partitions_in(md, topic, where)
 
 
-def _partitions_in(md: Any, topic: str, where: str) -> int:
-    """Partitions of *topic* in cluster metadata *md*; TopicNotFoundError if it has none."""
+def _partitions_in(md: Any, topic: str, where: str, security: KafkaSecurity = PLAINTEXT) -> int:
+    """Partitions of *topic* in cluster metadata *md*; TopicNotFoundError if it has none,
+    AccessDeniedError if the principal may not describe it."""
     info = md.topics.get(topic)
+    if (
+        info is not None
+        and info.error is not None
+        and info.error.name() == DENIED_CODE[Resource.TOPIC]
+    ):
+        refusal = Refusal(Need(Resource.TOPIC, topic, Operation.DESCRIBE), principal_of(security))
+        raise AccessDeniedError(refusal_message([refusal], where, f"read topic {topic!r}"))
     if info is None or info.error is not None or not info.partitions:
         raise TopicNotFoundError(f"topic {topic!r} does not exist on {where}; create it first")
     return len(info.partitions)
@@ -184,7 +207,22 @@ def partition_count(
         raise KafkaError(
             f"cannot read metadata of topic {topic!r}: {exc}{errors.hint(admin, security)}"
         ) from exc
-    return _partitions_in(md, topic, bootstrap_servers)
+    return _partitions_in(md, topic, bootstrap_servers, security)
+
+
+def topic_exists(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> bool:
+    """Whether *topic* exists (as far as the principal may describe it)."""
+    try:
+        partition_count(bootstrap_servers, topic, timeout_s=timeout_s, security=security)
+    except TopicNotFoundError:
+        return False
+    return True
 
 
 def list_topics(

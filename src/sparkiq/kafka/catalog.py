@@ -36,6 +36,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.kafka.admin import ClientErrors, admin_client, create_topic, metadata_of
 from sparkiq.kafka.brokerstate import BrokerWatch, watch_conf
 from sparkiq.kafka.clientlog import LOG_CONF
+from sparkiq.kafka.consumers import says_nothing_wrong
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -297,7 +298,7 @@ def _read_to(
         for msg in consumer.consume(num_messages=wanted, timeout=0.2):
             err = msg.error()
             if err is not None:
-                if err.code() != CKafkaError._PARTITION_EOF:
+                if not says_nothing_wrong(err):
                     log.warning("catalog %s: consumer error %s", topic, err.str())
                 continue
             _apply(tables, msg)
@@ -467,7 +468,7 @@ class CatalogWatcher:
         for msg in batch:
             err = msg.error()
             if err is not None:
-                if err.code() != CKafkaError._PARTITION_EOF:
+                if not says_nothing_wrong(err):
                     log.warning("catalog %s: consumer error %s", self.topic, err.str())
                 continue
             changed = _apply(tables, msg) or changed

@@ -26,14 +26,14 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
-from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.progress import BadProgress, BatchProgress, PipelineProgress, QueryBatch
 from sparkiq.core.tables import TableDef
-from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.admin import create_topic, topic_exists
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.clientlog import LOG_CONF
+from sparkiq.kafka.consumers import says_nothing_wrong
 from sparkiq.kafka.offsets import (
     FOLLOWING_FETCH_BYTES,
     TopicPartitionKey,
@@ -74,8 +74,11 @@ def ensure_progress_topic(
     """Create the progress topic and the queries topic if they do not exist yet; returns the
     progress topic's name."""
     topic = progress_topic(app)
+    # Look before creating: a serving node finds them made by the pipeline, and may lack
+    # the right to create topics (CreateTopics is refused even for one that exists).
     for name in (topic, queries_topic(app)):
-        create_topic(bootstrap, name, 1, config=_TOPIC_CONFIG, exist_ok=True, security=security)
+        if not topic_exists(bootstrap, name, security=security):
+            create_topic(bootstrap, name, 1, config=_TOPIC_CONFIG, exist_ok=True, security=security)
     return topic
 
 
@@ -297,7 +300,7 @@ class ProgressFollower:
                 for msg in batch:
                     err = msg.error()
                     if err is not None:
-                        if err.code() != CKafkaError._PARTITION_EOF:
+                        if not says_nothing_wrong(err):
                             log.warning("progress %s: consumer error %s", self.topic, err.str())
                         continue
                     value = msg.value()

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError as CKafkaError
 from sparkiq.core.errors import KafkaError
 from sparkiq.core.formatcheck import SampledRecord
 from sparkiq.kafka.clientlog import LOG_CONF
+from sparkiq.kafka.consumers import says_nothing_wrong
 from sparkiq.kafka.offsets import true_end_offsets
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -190,7 +191,8 @@ class _Reader:
             # the end-of-partition event is then what says the partition is read.
             if err.code() == CKafkaError._PARTITION_EOF:
                 return self._finish(partition) if offset >= self.ends[partition] else None
-            log.warning("sampling topic %r: consumer error %s", self.topic, err.str())
+            if not says_nothing_wrong(err):
+                log.warning("sampling topic %r: consumer error %s", self.topic, err.str())
             return None
         self.next_offset[partition] = offset + 1
         key = msg.key()

@@ -22,8 +22,11 @@ from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, MemberInfo, Placement, TopicPartition
+from sparkiq.kafka.access import check_rights
 from sparkiq.kafka.catalog import CatalogWatcher
 from sparkiq.kafka.progress import ProgressFollower
+from sparkiq.kafka.rights import Need
+from sparkiq.kafka.roles import serving_needs
 from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.freshness import TableFreshness, table_freshness
@@ -334,9 +337,15 @@ class Node(Watching):
         self._loop = asyncio.get_running_loop()
         self.changes.bind(self._loop)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        # A right the node lacks fails the start with one message naming it, rather than a
+        # catalog never read or a partition never restored (`sparkiq.kafka.access`).
+        app = self.settings.app
+        await asyncio.to_thread(self._check_rights, serving_needs(app, {}))
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())
         self._catalog_loaded = True
+        changelogs = {t.name: t.topic for t in self._tables.values()}
+        await asyncio.to_thread(self._check_rights, serving_needs(app, changelogs))
         await asyncio.to_thread(self.progress.start)
         self.restorer.start()
         await self.member.start(self._topics())
@@ -367,6 +376,14 @@ class Node(Watching):
             await asyncio.to_thread(self.progress.stop)
 
     # ---- internals ------------------------------------------------------------------
+
+    def _check_rights(self, needs: Sequence[Need]) -> None:
+        check_rights(
+            self.settings.bootstrap_servers,
+            needs,
+            doing=f"start the serving node of app {self.settings.app!r}",
+            security=self.settings.kafka_config,
+        )
 
     def _topics(self) -> list[str]:
         # The catalog topic keeps the node in the group even before any table exists.

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sparkiq.core.errors import ConfigError
 from sparkiq.http.settings import TunableHttpSettings
+from sparkiq.kafka.roles import serving_group
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.node.group.advertise import advertised_url, check_advertised
 
@@ -202,7 +203,7 @@ class NodeSettings(TunableHttpSettings, BaseSettings):
 
     @property
     def group_id(self) -> str:
-        return f"{self.app}.serving"
+        return serving_group(self.app)
 
     @property
     def catalog_topic(self) -> str:

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 from sparkiq.core.durations import parse_duration_ms
 from sparkiq.core.errors import ConfigError
 from sparkiq.core.tables import Format, TableDef, TableKind
-from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.access import check_rights
+from sparkiq.kafka.admin import create_topic, topic_exists
 from sparkiq.kafka.catalog import DEFAULT_APP, register_table
+from sparkiq.kafka.roles import pipeline_needs
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, sink_options
 from sparkiq.spark.kafkawrite import start_kafka_write, write_kafka_once
@@ -82,13 +84,24 @@ def prepare_table(
     security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create the changelog topic if it is missing and (re-)register the table in *app*."""
-    create_topic(
+    # Look before creating: a changelog an admin made needs no right to create topics
+    # (CreateTopics is refused without it even for a topic that exists).
+    if not topic_exists(bootstrap_servers, table.topic, security=security):
+        create_topic(
+            bootstrap_servers,
+            table.topic,
+            table.partitions,
+            config=changelog_topic_config(table),
+            exist_ok=True,
+            timeout_s=timeout_s,
+            security=security,
+        )
+    # The rights the table's query and the registration need, named now rather than as a
+    # refused write deep in a Spark task.
+    check_rights(
         bootstrap_servers,
-        table.topic,
-        table.partitions,
-        config=changelog_topic_config(table),
-        exist_ok=True,
-        timeout_s=timeout_s,
+        pipeline_needs(app, (), (table.topic,)),
+        doing=f"write table {table.name!r}",
         security=security,
     )
     register_table(bootstrap_servers, table, app=app, timeout_s=timeout_s, security=security)

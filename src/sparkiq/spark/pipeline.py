@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from sparkiq.core.errors import ConfigError
 from sparkiq.core.tables import TableDef
+from sparkiq.kafka.access import check_rights
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
+from sparkiq.kafka.roles import pipeline_needs
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
 from sparkiq.spark.kafkawrite import Finish, start_kafka_write
@@ -74,6 +76,24 @@ class PipelineContext:
     # How long a started query may take over its first micro-batch before the next one
     # starts anyway.
     init_wait_s: float = 300.0
+    # The topics `read` was asked for, and those whose rights `_start` has checked.
+    sources: set[str] = field(default_factory=set)
+    _sources_checked: set[str] = field(default_factory=set, repr=False)
+
+    def check_sources(self) -> None:
+        """AccessDeniedError naming the sources read so far that the pipeline may not read:
+        before a query starts, not as its JVM stack when its first batch is refused."""
+        unchecked = sorted(self.sources - self._sources_checked)
+        if not unchecked:
+            return
+        needs = pipeline_needs(self.app, unchecked, ())
+        check_rights(
+            self.bootstrap_servers,
+            [n for n in needs if n.name in unchecked],
+            doing="read the pipeline's sources",
+            security=self.kafka_security,
+        )
+        self._sources_checked.update(unchecked)
 
     def _start(self, starter: Callable[[], StreamingQuery]) -> StreamingQuery:
         """Start a query, remember how (for `restart`), and let it get going before the next.
@@ -87,6 +107,7 @@ class PipelineContext:
         The wait ends early when any query started so far has stopped: the runner's watch
         (which restarts or fails it) must see it at once, not after this one's first batch.
         """
+        self.check_sources()
         query = starter()
         self.queries.append(query)
         self.starters[query.name] = starter
@@ -134,6 +155,7 @@ class PipelineContext:
             raise ConfigError(
                 f"max_offsets_per_trigger must be at least 1, got {max_offsets_per_trigger}"
             )
+        self.sources.update(topics)
         source = source_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,

@@ -15,9 +15,13 @@ from confluent_kafka import Producer
 
 from sparkiq.cli.table import table
 from sparkiq.core.partitioner import Partitioner, fnv1a_partition
+from sparkiq.dev.acls import Grant
 from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic, list_topics
 from sparkiq.kafka.catalog import read_catalog
+from sparkiq.kafka.rights import Operation, Resource
+from sparkiq.kafka.roles import app_topics, table_create_needs
+from tests.support.secured import SecuredKafka, grants_for
 
 Namer = Callable[[str], str]
 
@@ -295,3 +299,28 @@ def test_a_windowed_table_without_its_window_length_says_which_option_gives_it(
     assert code == 2
     assert "--window-size-ms 60000" in out
     assert read_catalog(bootstrap, app=app) == {}
+
+
+def test_create_without_the_rights_names_each_missing_one(
+    secured_kafka: SecuredKafka, unique_name: Namer
+) -> None:
+    """On a secured cluster: a user that may read the topic but only read the catalog is
+    refused before anything is sampled or written, with the right it lacks and how to grant
+    it; given WRITE on the catalog, the same command registers the table."""
+    app, topic = unique_name("tbl-acl"), unique_name("tbl-acl-topic")
+    catalog = app_topics(app)[0]
+    secured_kafka.create_topic(topic, 2)
+    secured_kafka.create_topic(catalog, 1)
+    secured_kafka.grant("tables", [Grant(Operation.READ, Resource.TOPIC, catalog)])
+    config = ["--kafka-config", str(secured_kafka.config_file("tables"))]
+    code, output = create(secured_kafka.bootstrap, app, "t", "--topic", topic, *config)
+    assert code == 2
+    assert f"cannot register table 't': principal User:tables may not READ topic {topic} " in output
+    assert f"may not WRITE topic {catalog} (TOPIC_AUTHORIZATION_FAILED)" in output
+    assert f"--operation Write --topic {catalog}" in output
+    assert "sampling" not in output
+    secured_kafka.grant("tables", grants_for(table_create_needs(app, topic)))
+    code, output = create(secured_kafka.bootstrap, app, "t", "--topic", topic, *config)
+    assert code == 0, output
+    assert f"table 't' registered: topic {topic!r}, 2 partitions" in output
+    assert secured_kafka.passwords["tables"] not in output

@@ -1,20 +1,24 @@
 """Apache Kafka started by sparkiq: KRaft on loopback, one node or three (replication 3,
-min.insync.replicas 2 for the topics sparkiq creates), stopped by PID, data kept when asked."""
+min.insync.replicas 2 for the topics sparkiq creates), stopped by PID, data kept when asked;
+secured: SCRAM-SHA-512 over TLS, ACLs enforced."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 
-from sparkiq.core.errors import BrokerError
+from sparkiq.core.errors import AccessDeniedError, BrokerError, KafkaError
 from sparkiq.dev.kafkabroker import KafkaBroker, _new_cluster_id
-from sparkiq.kafka.admin import create_topic, topic_config
+from sparkiq.kafka.admin import create_topic, partition_count, topic_config
+from sparkiq.kafka.security import KafkaSecurity
+from tests.support.secured import SecuredKafka
 
 
 def _alive(pid: int) -> bool:
@@ -141,3 +145,41 @@ def test_cluster_ids_are_kafkas_shape_and_never_look_like_an_option() -> None:
     ids = [_new_cluster_id() for _ in range(2_000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tls_cert_file": Path("c.pem")}, "needs both tls_cert_file and tls_key_file"),
+        (
+            {"tls_cert_file": Path("c.pem"), "tls_key_file": Path("k.pem")},
+            "the TLS listener is the SASL one",
+        ),
+        ({"scram_users": {"a": "p"}, "super_users": ["b"]}, r"super users \['b'\] are not"),
+    ],
+)
+def test_security_options_that_do_not_fit_together(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(BrokerError, match=match):
+        KafkaBroker(**kwargs)
+
+
+def test_the_secured_broker_takes_scram_over_tls_and_enforces_acls(
+    secured_kafka: SecuredKafka, unique_name: Callable[[str], str]
+) -> None:
+    broker = secured_kafka.broker
+    assert broker.sasl_protocol == "SASL_SSL"
+    settings = (broker.data_dir or Path()) / "node-1" / "server.properties"
+    text = settings.read_text()
+    assert "allow.everyone.if.no.acl.found=false" in text
+    assert "super.users=User:ANONYMOUS;User:admin\n" in text
+    topic = unique_name("broker-acl")
+    secured_kafka.create_topic(topic, 1)  # the admin, a super user, may
+    # A user without any ACL may not even see the topic...
+    with pytest.raises(AccessDeniedError, match=f"may not DESCRIBE topic {topic}"):
+        partition_count(secured_kafka.bootstrap, topic, security=secured_kafka.security("nobody"))
+    # ...and the listener speaks TLS only: a SASL login in the clear is not answered.
+    clear = KafkaSecurity.from_pairs(
+        [p.replace("SASL_SSL", "SASL_PLAINTEXT") for p in secured_kafka.pairs("admin")[:4]]
+    )
+    with pytest.raises(KafkaError):
+        partition_count(secured_kafka.bootstrap, topic, timeout_s=3, security=clear)

@@ -1,15 +1,22 @@
-"""Loading pipeline files for `sparkiq run`: clear errors for files that cannot run."""
+"""Loading pipeline files for `sparkiq run`: clear errors for files that cannot run, and for
+sources and changelogs its principal has no right to on a secured cluster."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from sparkiq.core.errors import ConfigError
+from sparkiq.core.errors import AccessDeniedError, ConfigError
+from sparkiq.dev.acls import Grant
+from sparkiq.kafka.rights import Operation, Resource
+from sparkiq.kafka.roles import pipeline_needs
+from sparkiq.spark.materialize import define_table, prepare_table
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
+from tests.support.secured import SecuredKafka, grants_for
 
 
 def test_a_pipeline_file_gives_its_pipeline_function(tmp_path: Path) -> None:
@@ -117,3 +124,44 @@ def test_a_read_may_cap_its_micro_batches_otherwise_than_the_context() -> None:
         ctx.read("pos", max_offsets_per_trigger=0)
     uncapped = PipelineContext(spark=cast(Any, spark), bootstrap_servers="b", checkpoint_dir="c")
     assert "maxOffsetsPerTrigger" not in cast(Any, uncapped.read("pos"))
+
+
+def test_a_source_the_pipeline_may_not_read_is_named_before_a_query_starts(
+    secured_kafka: SecuredKafka, tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    app = unique_name("pipe-acl")
+    source = f"{app}.orders"
+    secured_kafka.create_topic(source, 1)
+    ctx = PipelineContext(
+        spark=cast(Any, FakeSpark()),
+        bootstrap_servers=secured_kafka.bootstrap,
+        checkpoint_dir=tmp_path,
+        app=app,
+        kafka_security=secured_kafka.security("nobody"),
+    )
+    ctx.read(source)  # no query yet, no broker asked
+    with pytest.raises(AccessDeniedError) as info:
+        ctx.check_sources()  # what the start of a query does first
+    assert str(info.value).startswith(
+        f"cannot read the pipeline's sources: principal User:nobody may not READ topic {source} "
+        "(TOPIC_AUTHORIZATION_FAILED) (needed to read the source)"
+    )
+
+
+def test_a_changelog_the_pipeline_may_not_write_is_named_before_a_query_starts(
+    secured_kafka: SecuredKafka, unique_name: Callable[[str], str]
+) -> None:
+    app = unique_name("pipe-acl")
+    table = define_table("t", partitions=1, app=app)
+    secured_kafka.create_topic(table.topic, 1)
+    # Everything else the pipeline needs, but WRITE on the changelog: READ only.
+    needs = [n for n in pipeline_needs(app, (), (table.topic,)) if n.name != table.topic]
+    secured_kafka.grant(
+        "pipeline", [*grants_for(needs), Grant(Operation.READ, Resource.TOPIC, table.topic)]
+    )
+    with pytest.raises(AccessDeniedError) as info:
+        prepare_table(
+            secured_kafka.bootstrap, table, app=app, security=secured_kafka.security("pipeline")
+        )
+    assert f"principal User:pipeline may not WRITE topic {table.topic} " in str(info.value)
+    assert "catalog" not in str(info.value)  # what it may do is not named

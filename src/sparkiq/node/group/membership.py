@@ -29,12 +29,17 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from aiokafka.errors import InvalidSessionTimeoutError
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    InvalidSessionTimeoutError,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.errors import KafkaError as AIOKafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
-from sparkiq.core.errors import ConfigError, KafkaError
+from sparkiq.core.errors import AccessDeniedError, ConfigError, KafkaError
 from sparkiq.core.topology import ClusterMap, MemberInfo
+from sparkiq.kafka.rights import Need, Operation, Refusal, Resource, principal_of, refusal_message
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.node.group.assignment import assign
 
@@ -271,6 +276,8 @@ class GroupMember:
                 reason = f"the broker refused the {mechanism} login: {said.sasl_refusal}"
             elif isinstance(exc, KeyError) and mechanism.startswith("SCRAM"):
                 reason = f"the broker refused the {mechanism} login"
+            elif isinstance(exc, GroupAuthorizationFailedError | TopicAuthorizationFailedError):
+                raise AccessDeniedError(self._refusal(exc)) from exc
             elif isinstance(exc, InvalidSessionTimeoutError):
                 raise KafkaError(
                     f"the brokers of {self._bootstrap} refuse a session timeout of "
@@ -285,6 +292,20 @@ class GroupMember:
                 f"the topics {sorted(self._topics)} exist"
             ) from exc
         self._poll_task = asyncio.create_task(self._keep_polling(consumer))
+
+    def _refusal(self, exc: GroupAuthorizationFailedError | TopicAuthorizationFailedError) -> str:
+        """The message for a join the brokers refused: the group or the topics it names."""
+        principal = principal_of(self._security)
+        if isinstance(exc, GroupAuthorizationFailedError):
+            needs = [Need(Resource.GROUP, self._group_id, Operation.READ, "join it")]
+        else:
+            named = sorted({str(t) for arg in exc.args for t in _names(arg)} & self._topics)
+            needs = [
+                Need(Resource.TOPIC, t, Operation.READ, "follow it in the group")
+                for t in named or sorted(self._topics)
+            ]
+        refusals = [Refusal(n, principal) for n in needs]
+        return refusal_message(refusals, self._bootstrap, f"join group {self._group_id!r}")
 
     async def _leave(self) -> None:
         task, self._poll_task = self._poll_task, None
@@ -324,6 +345,15 @@ class GroupMember:
         self.cluster_map = cluster_map
         self._first_map.set()
         self._on_assignment(cluster_map)
+
+
+def _names(arg: object) -> list[object]:
+    """The topic names an aiokafka error carries: one name, or a collection of them."""
+    if isinstance(arg, str):
+        return [arg]
+    if isinstance(arg, Iterable):
+        return list(arg)
+    return [arg]
 
 
 class _LoggedErrors(logging.Handler):

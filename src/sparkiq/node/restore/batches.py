@@ -32,6 +32,7 @@ from sparkiq.core.errors import SparkiqError
 from sparkiq.core.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
+from sparkiq.kafka.consumers import says_nothing_wrong
 from sparkiq.node.stores.partitionstore import PartitionStore
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,17 @@ def split_batch(
                     eofs[(t, p)] = msg.offset()
                 elif err.code() == CKafkaError._AUTO_OFFSET_RESET:
                     out_of_range[(t, p)] = msg.offset()
-                else:
+                elif err.code() == CKafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    # A table registered after the node started, which it may not read.
+                    log.error(
+                        "changelog %s[%s]: this node's principal may not READ topic %s (%s); "
+                        "grant it READ on the topic",
+                        t,
+                        p,
+                        t,
+                        err.name(),
+                    )
+                elif not says_nothing_wrong(err):
                     log.warning("changelog fetch error on %s[%s]: %s", t, p, err)
                 continue
             skip((t, p), msg.offset(), "has no key")
