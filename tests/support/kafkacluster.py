@@ -68,6 +68,42 @@ def describe_group_apart(bootstrap: str, group: str, timeout_s: float = 2.0) -> 
     return GroupView(**said) if said else None
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def java_hash(text: str) -> int:
+    """Java's `String.hashCode` of *text* (ASCII), a signed 32-bit int."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_of(client: AdminClient, group: str, timeout_s: float = 5.0) -> int:
+    """The broker that coordinates *group* (existing or not): the leader of its partition
+    of the offsets topic, `Utils.abs(group.hashCode()) % partitions` as Kafka places it."""
+    topic = client.list_topics(topic=OFFSETS_TOPIC, timeout=timeout_s).topics[OFFSETS_TOPIC]
+    h = java_hash(group)
+    index = (0 if h == -(1 << 31) else abs(h)) % len(topic.partitions)
+    return int(topic.partitions[index].leader)
+
+
+def wait_offsets_topic(bootstrap: str, timeout_s: float = 60.0) -> None:
+    """Until the offsets topic exists with a leader for every partition (a coordinator
+    look-up, which this asks for, makes the brokers create it)."""
+    client = admin(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        describe_group(client, "sparkiq-test-make-the-offsets-topic")
+        md = client.list_topics(timeout=5)
+        topic = md.topics.get(OFFSETS_TOPIC)
+        partitions = topic.partitions.values() if topic is not None else []
+        if partitions and all(p.leader >= 0 for p in partitions):
+            return
+        assert time.monotonic() < deadline, f"no {OFFSETS_TOPIC} after {timeout_s:.0f} s"
+        time.sleep(0.5)
+
+
 def leaders(client: AdminClient, topics: Iterable[str], timeout_s: float = 5.0) -> Counter[int]:
     """How many partitions of *topics* each broker leads."""
     md = client.list_topics(timeout=timeout_s)
