@@ -105,13 +105,18 @@ def wait_offsets_topic(bootstrap: str, timeout_s: float = 60.0) -> None:
 
 
 def leaders(client: AdminClient, topics: Iterable[str], timeout_s: float = 5.0) -> Counter[int]:
-    """How many partitions of *topics* each broker leads."""
-    md = client.list_topics(timeout=timeout_s)
-    count: Counter[int] = Counter()
-    for topic in topics:
-        for partition in md.topics[topic].partitions.values():
-            count[partition.leader] += 1
-    return count
+    """How many partitions of *topics* each broker leads; asked again while the broker that
+    answers does not know them all yet (a topic just made) or a partition has no leader."""
+    wanted = list(topics)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = client.list_topics(timeout=timeout_s)
+        found = [md.topics.get(t) for t in wanted]
+        partitions = [p for t in found if t is not None for p in t.partitions.values()]
+        if None not in found and all(p.leader >= 0 for p in partitions):
+            return Counter(p.leader for p in partitions)
+        assert time.monotonic() < deadline, f"no leaders of {wanted} after {timeout_s:.0f} s"
+        time.sleep(0.2)
 
 
 def under_replicated(client: AdminClient, timeout_s: float = 5.0) -> list[str]:
