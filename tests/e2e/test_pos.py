@@ -10,194 +10,34 @@ from its checkpoints.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import httpx
 import orjson
 import pytest
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
-from sparkiq.dev.localcluster import LocalCluster
-from sparkiq.dev.localpipeline import PipelineProcess
-from sparkiq.dev.pos.generator import (
-    Invoice,
-    InvoiceGenerator,
-    produce_invoices,
-    produce_one,
-    store_directory,
-)
+from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_one
 from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
-from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.runner import SCRATCH_DIR
 from tests.support.brokers import bootstrap_of
 from tests.support.e2e import read_topic
+from tests.support.pos import (
+    START_MS,
+    PosRun,
+    seeded_invoices,
+    wait_tables_equal,
+    wait_until,
+)
 
 # Spark starts three queries one by one on two cores: allow more than the suite's default.
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(1200)]
 
-PIPELINE_FILE = Path(pos_pipeline.__file__)
-START_MS = 1_763_000_000_000  # fixed, so windows are the same in every run
 MALFORMED = b'{"InvoiceNumber": 17,'
-
-
-def wait_until(
-    check: Callable[[], bool], what: str, timeout_s: float, pipeline: PipelineProcess
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if pipeline.proc is not None and not pipeline.is_running():
-            pytest.fail(
-                f"the pipeline exited ({pipeline.exit_code()}) before {what}: "
-                f"{pipeline.log_path.read_text()[-3000:]}"
-            )
-        time.sleep(1.0)
-    pytest.fail(
-        f"timed out after {timeout_s:.0f}s waiting for {what}; pipeline log tail: "
-        f"{pipeline.log_path.read_text()[-3000:]}"
-    )
-
-
-class PosRun:
-    """One app id: its topics, pipeline process and serving cluster."""
-
-    def __init__(
-        self,
-        bootstrap: str,
-        base: Path,
-        app: str,
-        *,
-        nodes: int = 3,
-        pipeline_args: Sequence[str] = (),
-        layout: str = pos_pipeline.LAYOUTS[0],
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.app = app
-        self.topics = {name: f"{app}-{t}" for name, t in pos_pipeline.DEFAULT_TOPICS.items()}
-        create_topic(bootstrap, self.topics["source"], 3)
-        self.pipeline = PipelineProcess(
-            pipeline_file=PIPELINE_FILE,
-            bootstrap_servers=bootstrap,
-            checkpoint_dir=base / "checkpoints",
-            log_path=base / "pipeline.log",
-            app=app,
-            params={
-                **{f"{name}_topic": t for name, t in self.topics.items()},
-                "table_partitions": "4",
-                "layout": layout,
-            },
-            extra_args=["--trigger", "1 second", *pipeline_args],
-        )
-        self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=nodes, app=app)
-
-    def produce(self, invoices: list[Invoice], *, malformed_every: int = 0) -> int:
-        written = produce_invoices(
-            self.bootstrap, self.topics["source"], iter(invoices), malformed_every=malformed_every
-        )
-        return len(written) // malformed_every if malformed_every else 0
-
-    def start(self) -> None:
-        """The pipeline first; the nodes once its queries run (a 2-core machine is small)."""
-        self.pipeline.start()
-        wait_until(self.pipeline.running, "the queries to start", 600, self.pipeline)
-        self.cluster.start()
-
-    def wait_caught_up(self, timeout_s: float = 600.0) -> None:
-        wait_until(
-            lambda: self.pipeline.caught_up([self.topics["source"]]),
-            "the pipeline to process every invoice",
-            timeout_s,
-            self.pipeline,
-        )
-
-    def stop(self) -> None:
-        self.pipeline.stop()
-        self.cluster.stop()
-
-
-@pytest.fixture
-def pos_run(
-    tmp_path: Path,
-    unique_name: Callable[[str], str],
-    request: pytest.FixtureRequest,
-) -> Iterator[PosRun]:
-    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
-    layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
-    run = PosRun(bootstrap_of(request, kind), tmp_path, unique_name("pos"), layout=layout)
-    try:
-        yield run
-    finally:
-        run.stop()
-
-
-def seeded_invoices(seed: int, count: int) -> list[Invoice]:
-    gen = InvoiceGenerator(seed, stores=6, customers=150)
-    return list(gen.invoices(count, start_ms=START_MS, step_ms=40))
-
-
-# -- comparing what the nodes answer with the oracle ----------------------------------------
-
-
-async def _get_json(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
-    async with session.get(url) as resp:
-        return resp.status, orjson.loads(await resp.read())
-
-
-async def table_mismatches(urls: list[str], oracle: PosOracle, limit: int = 5) -> list[str]:
-    """Every key of every table, asked of every node, against the oracle."""
-    wrong: list[str] = []
-    sem = asyncio.Semaphore(32)
-    async with aiohttp.ClientSession() as session:
-
-        async def check(url: str, path: str, want: Any, compare: Callable[[Any], Any]) -> None:
-            async with sem:
-                status, body = await _get_json(session, f"{url}{path}")
-            got = compare(body) if status == 200 else None
-            if status != 200 or got != want:
-                wrong.append(f"{url}{path}: {status} {got if status == 200 else body} != {want}")
-
-        jobs = []
-        for url in urls:
-            for customer, reward in oracle.rewards.items():
-                path = f"/v1/tables/rewards/keys/{quote(customer)}"
-                jobs.append(check(url, path, reward, lambda b: b["value"]))
-            for customer, invoice in oracle.latest_invoice.items():
-                path = f"/v1/tables/latest-invoice/keys/{quote(customer)}"
-                jobs.append(check(url, path, dict(invoice), lambda b: b["value"]))
-            for row in store_directory():  # the global table, written once at the start
-                path = f"/v1/tables/stores/keys/{quote(row['StoreID'])}"
-                want = {k: v for k, v in row.items() if k != "StoreID"}
-                jobs.append(check(url, path, want, lambda b: b["value"]))
-            stores = sorted({store for store, _ in oracle.store_sales})
-            for store in stores:
-                want = {
-                    start: value for (s, start), value in oracle.store_sales.items() if s == store
-                }
-                path = f"/v1/tables/store-sales/keys/{quote(store)}/windows"
-                jobs.append(
-                    check(url, path, want, lambda b: {w["start"]: w["value"] for w in b["items"]})
-                )
-        await asyncio.gather(*jobs)
-    return sorted(wrong)[:limit]
-
-
-def wait_tables_equal(run: PosRun, oracle: PosOracle, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    wrong: list[str] = []
-    while time.monotonic() < deadline:
-        wrong = asyncio.run(table_mismatches(run.cluster.urls, oracle))
-        if not wrong:
-            return
-        time.sleep(2.0)
-    pytest.fail(f"tables differ from the oracle after {timeout_s:.0f}s: {wrong}")
 
 
 def _json_records(records: list[tuple[bytes | None, bytes | None]]) -> Counter[bytes]:
@@ -241,6 +81,21 @@ def counted_dead_letters(run: PosRun) -> int:
         if "pos" in query["observed_total"]:  # the query that writes the routes
             return int(query["observed_total"]["pos"].get("dead_letters", -1))
     return -1
+
+
+@pytest.fixture
+def pos_run(
+    tmp_path: Path,
+    unique_name: Callable[[str], str],
+    request: pytest.FixtureRequest,
+) -> Iterator[PosRun]:
+    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
+    layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
+    run = PosRun(bootstrap_of(request, kind), tmp_path, unique_name("pos"), layout=layout)
+    try:
+        yield run
+    finally:
+        run.stop()
 
 
 # -- the tests ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_one
 from sparkiq.dev.pos.oracle import PosOracle
-from tests.e2e.test_pos import START_MS, PosRun, seeded_invoices, wait_tables_equal
+from tests.support.pos import START_MS, PosRun, seeded_invoices, wait_tables_equal
 from tests.support.sparkcluster import standalone_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(900)]

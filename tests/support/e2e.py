@@ -141,6 +141,15 @@ def read_topic(
     bootstrap: str, topic: str, *, timeout_s: float = 60.0
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Every record of *topic* up to its true end, as (key, value), partition by partition."""
+    return [
+        (key, value) for _, _, key, value in read_records(bootstrap, topic, timeout_s=timeout_s)
+    ]
+
+
+def read_records(
+    bootstrap: str, topic: str, *, timeout_s: float = 60.0
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of *topic* up to its true end, as (partition, offset, key, value)."""
     import time
 
     from confluent_kafka import Consumer, TopicPartition
@@ -158,7 +167,7 @@ def read_topic(
             "enable.partition.eof": False,
         }
     )
-    out: list[tuple[bytes | None, bytes | None]] = []
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(n) if ends[(topic, p)] > 0])
         remaining = {p: end for (_, p), end in ends.items() if end > 0}
@@ -168,8 +177,8 @@ def read_topic(
                 if msg.error() is not None:
                     continue
                 p, off = msg.partition(), msg.offset()
-                if p in remaining and off is not None and off < remaining[p]:
-                    out.append((msg.key(), msg.value()))
+                if p is not None and p in remaining and off is not None and off < remaining[p]:
+                    out.append((p, off, msg.key(), msg.value()))
                     if off + 1 >= remaining[p]:
                         del remaining[p]
         assert not remaining, f"could not read {topic} to its end: {remaining}"

@@ -76,12 +76,18 @@ def probe_consumer(
 
 
 # A partition whose leader is being elected (a topic just created, a broker restarting)
-# answers with these for a moment: asked again until the timeout.
-_ELECTING = frozenset(
+# answers with these for a moment, and so does one whose leader has just died: librdkafka
+# fails a request in flight to a broker that dropped out of the cluster's metadata (a
+# killed KRaft broker is fenced and listed no more) with _DESTROY_BROKER, or with _TRANSPORT
+# when the connection broke. Asked again, the request goes to the new leader; asked again
+# until the timeout.
+_PASSING = frozenset(
     {
         CKafkaError.NOT_LEADER_FOR_PARTITION,
         CKafkaError.LEADER_NOT_AVAILABLE,
         CKafkaError.UNKNOWN_TOPIC_OR_PART,
+        CKafkaError._DESTROY_BROKER,
+        CKafkaError._TRANSPORT,
     }
 )
 
@@ -90,7 +96,8 @@ def watermarks(
     consumer: Consumer, partitions: Iterable[TopicPartitionKey], timeout_s: float = 10.0
 ) -> dict[TopicPartitionKey, tuple[int, int]]:
     """(low, reported high) watermark per partition, as the broker reports them; a
-    partition without a leader yet is asked again until `timeout_s` has passed."""
+    partition without a leader yet, or whose leader just went, is asked again until
+    `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
     marks: dict[TopicPartitionKey, tuple[int, int]] = {}
     for t, p in partitions:
@@ -100,7 +107,7 @@ def watermarks(
                 low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=remaining)
             except KafkaException as exc:
                 err = exc.args[0]
-                if err.code() not in _ELECTING or time.monotonic() >= deadline:
+                if err.code() not in _PASSING or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
                 continue

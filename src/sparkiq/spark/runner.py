@@ -22,7 +22,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -228,10 +228,58 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
             signal.signal(sig, handler)
 
 
-# Failures worth starting a query again for: Spark gave a fresh Python process (which plans
-# a Python data source) a fixed 10 s to connect back, and a busy machine made it miss that.
-_TRANSIENT = ("failed to connect back", "Timed out while waiting for the Python worker")
+# Failures worth starting a query again for, from its checkpoint. Spark gave a fresh Python
+# process (which plans a Python data source) a fixed 10 s to connect back, and a busy
+# machine made it miss that:
+_WORKER_LATE = ("failed to connect back", "Timed out while waiting for the Python worker")
+# A Kafka broker went away under a request (killed, restarting; its leaderships move to the
+# other brokers within seconds): librdkafka's codes as confluent-kafka prints them, and the
+# Java client's exceptions. Asked again, the request reaches the new leader.
+_BROKER_GONE = (
+    "_DESTROY_BROKER",
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "NOT_LEADER_FOR_PARTITION",
+    "LEADER_NOT_AVAILABLE",
+    "NotLeaderOrFollowerException",
+    "DisconnectException",
+    "org.apache.kafka.common.errors.TimeoutException",
+)
+# At most this many starts of one query within `_RESTART_WINDOW_S`; more is no passing
+# trouble, and the pipeline fails.
 _MAX_RESTARTS = 10
+_RESTART_WINDOW_S = 600.0
+
+
+def restart_reason(failure: str) -> str | None:
+    """Why a query that failed with *failure* (its exception's text) is worth starting
+    again from its checkpoint, or None when the failure is the pipeline's own."""
+    if any(t in failure for t in _WORKER_LATE):
+        return "failed to start a Python worker in time (a busy machine)"
+    if any(t in failure for t in _BROKER_GONE):
+        return "lost a Kafka broker under a request (a broker down or restarting)"
+    return None
+
+
+class RestartBudget:
+    """How often each query was started again lately: at most `_MAX_RESTARTS` within
+    `_RESTART_WINDOW_S` (a pipeline that runs for months meets more than ten broker
+    restarts; ten in a few minutes is no passing trouble)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._starts: dict[str, list[float]] = {}
+
+    def take(self, query: str) -> int | None:
+        """Count one more start of *query*: how many within the window now, or None when
+        the budget is spent."""
+        now = self._clock()
+        recent = [t for t in self._starts.get(query, []) if now - t < _RESTART_WINDOW_S]
+        if len(recent) >= _MAX_RESTARTS:
+            return None
+        recent.append(now)
+        self._starts[query] = recent
+        return len(recent)
 
 
 @contextlib.contextmanager
@@ -253,7 +301,7 @@ def _watch(
 ) -> None:
     deadline = None if settings.duration_s is None else time.monotonic() + settings.duration_s
     next_progress = time.monotonic() + settings.progress_interval_s
-    restarts: dict[str, int] = {}
+    restarts = RestartBudget()
     while not stop.is_set():
         for query in list(ctx.queries):
             if query.isActive:
@@ -262,19 +310,21 @@ def _watch(
             if error is None:
                 raise PipelineFailed(f"query {query.name!r} stopped")
             text = str(error)
-            if any(t in text for t in _TRANSIENT) and restarts.get(query.name, 0) < _MAX_RESTARTS:
-                restarts[query.name] = restarts.get(query.name, 0) + 1
-                log.warning(
-                    "pipeline: query %r failed to start a Python worker in time (a busy "
-                    "machine); starting it again from its checkpoint (%d of %d)",
-                    query.name,
-                    restarts[query.name],
-                    _MAX_RESTARTS,
-                )
-                stop.wait(2.0 * restarts[query.name])  # let the machine calm down
-                ctx.restart(query)
-                continue
-            raise PipelineFailed(f"query {query.name!r} failed: {text}")
+            reason = restart_reason(text)
+            started = restarts.take(query.name) if reason is not None else None
+            if started is None:
+                raise PipelineFailed(f"query {query.name!r} failed: {text}")
+            log.warning(
+                "pipeline: query %r %s; starting it again from its checkpoint (%d of at most "
+                "%d in %.0f minutes)",
+                query.name,
+                reason,
+                started,
+                _MAX_RESTARTS,
+                _RESTART_WINDOW_S / 60,
+            )
+            stop.wait(2.0 * started)  # let the machine calm down, the leaders move
+            ctx.restart(query)
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             log.info("pipeline: --duration reached, stopping")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sparkiq.core.errors import ConfigError, KafkaError, TopicNotFoundError
 from sparkiq.kafka.clientlog import LOG_CONF
-from sparkiq.kafka.offsets import FOLLOWING_FETCH_BYTES, ends_from
+from sparkiq.kafka.offsets import FOLLOWING_FETCH_BYTES, ends_from, watermarks
 from sparkiq.kafka.security import KafkaSecurity, is_security_setting
 from sparkiq.spark.options import (
     FORMAT_NAME,
@@ -272,14 +272,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ends
 
     def _earliest(self, tps: Sequence[TP]) -> dict[TP, int]:
-        consumer = self._consumer()
-        out: dict[TP, int] = {}
-        for topic, partition in tps:
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10.0
-            )
-            out[(topic, partition)] = int(low)
-        return out
+        marks = watermarks(self._consumer(), tps, timeout_s=10.0)
+        return {tp: int(low) for tp, (low, _high) in marks.items()}
 
     def initialOffset(self) -> dict[str, Any]:
         tps = self._partitions_now()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from sparkiq.kafka.admin import create_topic, partition_count
 from sparkiq.kafka.offsets import (
@@ -139,3 +140,34 @@ def test_ends_from_known_ends_and_the_long_way_agree(
     finally:
         probe.close()
     assert ends == {(topic, 0): 1_006, (topic, 1): 1_006}
+
+
+class _LeaderGoes:
+    """A consumer whose first watermark request meets the partition's leader dying (what
+    librdkafka raises then), and whose next one reaches the new leader."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors = list(errors)
+        self.asked = 0
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return (0, 42)
+
+
+def test_watermarks_ask_again_when_the_leader_died_under_the_request() -> None:
+    consumer = _LeaderGoes(KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT)
+    marks = watermarks(consumer, [("t", 0)], timeout_s=5.0)  # type: ignore[arg-type]
+    assert marks == {("t", 0): (0, 42)}
+    assert consumer.asked == 3
+
+
+def test_watermarks_give_up_on_other_errors_and_at_the_deadline() -> None:
+    with pytest.raises(KafkaException):
+        watermarks(_LeaderGoes(KafkaError.TOPIC_AUTHORIZATION_FAILED), [("t", 0)])  # type: ignore[arg-type]
+    gone = _LeaderGoes(*[KafkaError._DESTROY_BROKER] * 1000)
+    with pytest.raises(KafkaException):
+        watermarks(gone, [("t", 0)], timeout_s=0.3)  # type: ignore[arg-type]
+    assert 1 < gone.asked < 1000

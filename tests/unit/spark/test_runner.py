@@ -1,5 +1,6 @@
-"""`sparkiq run`'s stop (sparkiq/spark/runner.py): a batch that the stop cuts off is no error
-in the pipeline's log. (Running pipelines: tests/e2e.)"""
+"""`sparkiq run` (sparkiq/spark/runner.py): a batch that the stop cuts off is no error in the
+pipeline's log; which failures of a query are worth starting it again from its checkpoint,
+and how often. (Running pipelines: tests/e2e.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 
 import pytest
 
-from sparkiq.spark.runner import _py4j_quiet
+from sparkiq.spark.runner import RestartBudget, _py4j_quiet, restart_reason
 
 PY4J_SAYS = "There was an exception while executing the Python Proxy on the Python Side."
 
@@ -22,3 +23,29 @@ def test_while_the_queries_stop_py4j_logs_no_traceback(caplog: pytest.LogCapture
                 py4j_log.exception(PY4J_SAYS)
         py4j_log.error("an error of a pipeline that runs")
     assert [r.getMessage() for r in caplog.records] == ["an error of a pipeline that runs"]
+
+
+DESTROYED = (
+    "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+    'perform latestOffset: ... cimpl.KafkaException: KafkaError{code=_DESTROY_BROKER,val=-137,str="'
+    'Failed to get watermark offsets: Local: Broker handle destroyed without termination"}'
+)
+
+
+def test_a_broker_gone_under_a_request_or_a_late_worker_is_worth_a_restart() -> None:
+    assert restart_reason(DESTROYED) is not None
+    java = "org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms expired"
+    assert restart_reason(java) is not None
+    assert restart_reason("Python worker failed to connect back.") is not None
+    assert restart_reason("[UNRESOLVED_COLUMN] A column named `Total` cannot be resolved") is None
+    assert restart_reason("ConfigError: table 'rewards' is windowed") is None
+
+
+def test_restarts_are_counted_per_query_within_a_window() -> None:
+    now = [0.0]
+    budget = RestartBudget(clock=lambda: now[0])
+    assert [budget.take("tables") for _ in range(10)] == list(range(1, 11))
+    assert budget.take("tables") is None  # ten in ten minutes: no passing trouble
+    assert budget.take("routes") == 1
+    now[0] = 601.0  # a broker restart a month later is worth a restart again
+    assert budget.take("tables") == 1

@@ -62,6 +62,7 @@ from sparkiq.spark.materialize import define_table
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from sparkiq.core.tables import TableDef
     from sparkiq.spark.pipeline import PipelineContext
 
 
@@ -287,6 +288,41 @@ def routes_cap(cap: int | None, routes_trigger: str, tables_trigger: str) -> int
     return max(cap, cap * routes_ms // tables_ms)
 
 
+def pos_tables(app: str, partitions: int) -> dict[str, TableDef]:
+    """The pipeline's tables by name, each with its changelog topic: ``stores`` (global),
+    ``rewards``, ``latest-invoice`` and ``store-sales`` (windowed)."""
+    tables = [
+        define_table(
+            "stores",
+            partitions=partitions,
+            app=app,
+            kind="global",
+            description="store -> name, city and state (global: every node holds it whole)",
+        ),
+        define_table(
+            "rewards",
+            partitions=partitions,
+            app=app,
+            description="customer card -> total loyalty points (PRIME customers)",
+        ),
+        define_table(
+            "latest-invoice",
+            partitions=partitions,
+            app=app,
+            description="customer card -> the customer's latest invoice",
+        ),
+        define_table(
+            "store-sales",
+            partitions=partitions,
+            app=app,
+            window_size=WINDOW,
+            retention=RETENTION,
+            description="store -> sales and invoice count per 1-minute window, kept an hour",
+        ),
+    ]
+    return {table.name: table for table in tables}
+
+
 def pipeline(ctx: PipelineContext) -> None:
     """Start the point-of-sale pipeline's queries on *ctx* (see the module for the layouts)."""
     from pyspark.sql import functions as F
@@ -302,38 +338,19 @@ def pipeline(ctx: PipelineContext) -> None:
         topics["dead_letter"],
         partitions=int(ctx.params.get("topic_partitions", "3")),
     )
+    stores, rewards, latest, sales = pos_tables(ctx.app, partitions).values()
     # 0. Reference data: the global table `stores`, written once.
     ctx.materialize(
         ctx.spark.createDataFrame(
             store_directory(int(ctx.params.get("stores", str(DEFAULT_STORES)))),
             "StoreID string, Name string, City string, State string",
         ),
-        table="stores",
+        table=stores.name,
         key="StoreID",
         value=F.struct("Name", "City", "State"),
-        kind="global",
-        partitions=partitions,
-        description="store -> name, city and state (global: every node holds it whole)",
-    )
-    rewards = define_table(
-        "rewards",
-        partitions=partitions,
-        app=ctx.app,
-        description="customer card -> total loyalty points (PRIME customers)",
-    )
-    latest = define_table(
-        "latest-invoice",
-        partitions=partitions,
-        app=ctx.app,
-        description="customer card -> the customer's latest invoice",
-    )
-    sales = define_table(
-        "store-sales",
-        partitions=partitions,
-        app=ctx.app,
-        window_size=WINDOW,
-        retention=RETENTION,
-        description="store -> sales and invoice count per 1-minute window, kept an hour",
+        kind=stores.kind.value,
+        partitions=stores.partitions,
+        description=stores.description,
     )
     for table in (rewards, latest, sales):
         ctx.prepare_table(table)

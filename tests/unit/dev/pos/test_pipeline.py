@@ -112,3 +112,13 @@ def test_the_routes_read_as_much_more_per_micro_batch_as_their_trigger_is_longer
     assert pos.routes_cap(None, pos.ROUTES_TRIGGER, pos.TABLES_TRIGGER) is None
     with pytest.raises(ConfigError, match="duration"):
         pos.routes_cap(20_000, "soon", pos.TABLES_TRIGGER)
+
+
+def test_the_tables_and_their_changelog_topics() -> None:
+    tables = pos.pos_tables("shop", 4)
+    assert list(tables) == ["stores", "rewards", "latest-invoice", "store-sales"]
+    assert {t.topic for t in tables.values()} == {f"shop.table.{name}" for name in tables}
+    assert {t.partitions for t in tables.values()} == {4}
+    assert [t.kind.value for t in tables.values()] == ["global", "kv", "kv", "windowed"]
+    assert tables["store-sales"].window_size_ms == 60_000
+    assert tables["store-sales"].retention_ms == 3_600_000
