@@ -17,14 +17,22 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 
+import httpx
 import pytest
 
+from sparkiq.auth import AuthConfig
 from sparkiq.core.errors import KafkaError
 from sparkiq.core.topology import ClusterMap, MemberInfo
 from sparkiq.dev.kafkabroker import KafkaBroker
+from sparkiq.dev.ports import free_port
+from sparkiq.http import HttpServer
+from sparkiq.http.staticview import StaticView
 from sparkiq.kafka.admin import create_topic
+from sparkiq.node.group import assignmentdata
 from sparkiq.node.group.membership import GroupMember
+from tests.support.auth import CLUSTER_SECRET, SECRET, write
 
 SESSION_MS = 4_000
 HEARTBEAT_MS = 500
@@ -118,6 +126,52 @@ async def test_three_members_receive_identical_maps(
             assert len(owners.standbys) == 1
             assert owners.active not in owners.standbys
         assert sorted(len(first.actives_of(url(i))) for i in range(3)) == [2, 2, 2]
+
+
+async def test_past_the_budget_every_member_fetches_the_same_map_from_the_leader(
+    bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Three members, each with its node's HTTP server as its map exchange (authentication
+    on, so fetches are signed with the cluster secret), the inline budget forced to 0: every
+    assignment carries a reference, the leader serves the map, the others fetch it."""
+    topic = unique_name("byref")
+    create_topic(bootstrap, topic, 12)
+    group = unique_name("group")
+    auth = AuthConfig.load(
+        auth="required",
+        jwt_secret_file=write(tmp_path / "jwt.secret", SECRET),
+        cluster_secret_file=write(tmp_path / "cluster.secret", CLUSTER_SECRET),
+    )
+    servers = [
+        HttpServer(StaticView(f"http://127.0.0.1:{port}", []), "127.0.0.1", port, auth=auth)
+        for port in (free_port() for _ in range(3))
+    ]
+    members = [make_member(bootstrap, group, server.url) for server in servers]
+    for member, server in zip(members, servers, strict=True):
+        member.use_exchange(server.api.maps, inline_budget=0)
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)  # serving before the members join
+        async with started(members, [topic]):
+            await wait_until(members, lambda cm: len(cm.urls()) == 3, timeout_s=30)
+            first = members[0].cluster_map
+            assert all(m.cluster_map == first for m in members[1:])
+            assert covers(first, topic, 12)
+            led = [m.last_rebalance for m in members if m.last_rebalance is not None]
+            last = max(led, key=lambda r: r.generation)
+            assert last.generation == first.generation
+            assert not last.inline
+            assert last.largest_assignment < 200
+            # The leader served its map to the two others (and maybe earlier generations').
+            leader = next(
+                s for s, m in zip(servers, members, strict=True) if m.last_rebalance is last
+            )
+            assert leader.api.maps.served >= 2
+            # Not to anyone else: a request without the cluster's signature is refused.
+            async with httpx.AsyncClient() as http:
+                digest = leader.api.maps.digests()[-1]
+                got = await http.get(f"{leader.url}/v1/cluster-map/{digest}")
+            assert got.status_code == 403
 
 
 async def test_clean_stop_gives_the_others_a_map_without_it_quickly(
@@ -269,7 +323,8 @@ def test_unassigned_topics_take_no_share_of_the_actives() -> None:
         for i in range(3)
     }
     out = assignor.assign(_Cluster({"app.catalog": 1, "table-a": 6}), members)
-    cluster_map = ClusterMap.from_bytes(out["member-0"].user_data)
+    cluster_map = assignmentdata.read(out["member-0"].user_data)
+    assert isinstance(cluster_map, ClusterMap)
     assert {tp[0] for tp in cluster_map.owners} == {"table-a"}
     # 6 partitions over 3 nodes: 2 actives each (with the catalog's partition counted, one
     # node would get 3 table partitions and another 1 and the catalog's).
