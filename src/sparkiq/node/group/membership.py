@@ -469,7 +469,13 @@ class GroupMember:
         attempts = 0
         while True:
             attempts += 1
-            data = await exchange.fetch(reference)
+            try:
+                data = await exchange.fetch(reference)
+            except Exception:
+                # The exchange reports what it cannot reach as None; anything else is a bug
+                # to log, not a reason to stop asking (the member would keep its old map).
+                log.exception("fetching generation %d's map failed", reference.generation)
+                data = None
             if data is not None and reference.matches(data):
                 try:
                     cluster_map = decode_map(data)

@@ -21,10 +21,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from sparkiq.auth import AuthConfig
 from sparkiq.core.errors import KafkaError
-from sparkiq.core.topology import ClusterMap, MemberInfo
+from sparkiq.core.mapcodec import encode_map
+from sparkiq.core.mapref import MapReference, digest_of
+from sparkiq.core.topology import ClusterMap, MemberInfo, PartitionOwners
 from sparkiq.dev.kafkabroker import KafkaBroker
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpServer
@@ -349,3 +352,56 @@ async def test_a_session_timeout_the_brokers_refuse_is_said_plainly() -> None:
         with pytest.raises(KafkaError, match=r"refuse a session timeout of 3000 ms.*--session"):
             await member.start(["t"])
         assert time.monotonic() - started_at < 10
+
+
+class FlakyExchange:
+    """An exchange whose leader answers nothing, then the wrong bytes, then the map."""
+
+    url = "http://leader:8100"
+
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    def publish(self, generation: int, digest: str, data: bytes) -> None:
+        raise AssertionError("a member that is not the leader publishes nothing")
+
+    async def fetch(self, reference: MapReference) -> bytes | None:
+        self.asked += 1
+        return self.answers.pop(0) if self.answers else None
+
+
+def assignment_of(data: bytes) -> ConsumerProtocolMemberAssignment:
+    return ConsumerProtocolMemberAssignment(0, [], data)
+
+
+async def test_a_member_asks_again_until_the_referenced_map_arrives_whole() -> None:
+    recorder = Recorder()
+    member = make_member("127.0.0.1:1", "g", url(1), recorder=recorder)
+    cluster_map = ClusterMap(5, {("t", 0): PartitionOwners(url(0), (url(1),))})
+    encoded = encode_map(cluster_map)
+    ref = MapReference(5, digest_of(encoded), len(encoded), FlakyExchange.url)
+    exchange = FlakyExchange([None, b"not the map", encoded])
+    member.use_exchange(exchange)
+    member._assignor.on_assignment(assignment_of(assignmentdata.by_reference(ref)))
+    await wait_until([member], lambda cm: cm.generation == 5, timeout_s=5)
+    assert member.cluster_map == cluster_map
+    assert exchange.asked == 3
+    assert [m for _, m in recorder.maps] == [cluster_map]
+
+
+async def test_a_newer_assignment_ends_the_fetch_of_an_older_map() -> None:
+    recorder = Recorder()
+    member = make_member("127.0.0.1:1", "g", url(1), recorder=recorder)
+    exchange = FlakyExchange([])  # the leader of generation 5 never answers
+    member.use_exchange(exchange)
+    ref = MapReference(5, "0" * 64, 10, FlakyExchange.url)
+    member._assignor.on_assignment(assignment_of(assignmentdata.by_reference(ref)))
+    await asyncio.sleep(0.1)
+    newer = ClusterMap(6, {("t", 0): PartitionOwners(url(1))})
+    member._assignor.on_assignment(assignment_of(assignmentdata.inline(encode_map(newer))))
+    asked = exchange.asked
+    await asyncio.sleep(0.3)
+    assert exchange.asked == asked  # no longer asking
+    assert member.cluster_map == newer
+    assert [m for _, m in recorder.maps] == [newer]
