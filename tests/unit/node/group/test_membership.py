@@ -405,3 +405,28 @@ async def test_a_newer_assignment_ends_the_fetch_of_an_older_map() -> None:
     assert exchange.asked == asked  # no longer asking
     assert member.cluster_map == newer
     assert [m for _, m in recorder.maps] == [newer]
+
+
+def test_a_rebalance_asked_for_while_one_is_under_way_is_dropped() -> None:
+    """Asking again while this member rejoins would make a second rebalance right after the
+    first, for every member; the listener marks the rejoin until the next assignment."""
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.subscribed = 0
+
+        def subscribe(self, topics: list[str], listener: object = None) -> None:
+            self.subscribed += 1
+
+    member = make_member("127.0.0.1:1", "g", url(1))
+    consumer = Consumer()
+    member._consumer = consumer  # type: ignore[assignment]
+    member._topics = frozenset({"t"})
+    member.request_rebalance()
+    assert consumer.subscribed == 1
+    member._listener.on_partitions_revoked(set())  # aiokafka: about to rejoin
+    member.request_rebalance()
+    assert consumer.subscribed == 1
+    member._listener.on_partitions_assigned(set())  # the rebalance is over
+    member.request_rebalance()
+    assert consumer.subscribed == 2
