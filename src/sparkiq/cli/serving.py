@@ -80,7 +80,7 @@ async def serve_node(
     node.registry.lock()
     progress = RestoreProgress()
     metrics = HttpMetrics(access_log=settings.access_log)
-    metrics.registry.register(NodeMetrics(node, progress))
+    metrics.registry.register(NodeMetrics(node, progress, group=node.member))
     server = HttpServer(
         node,
         settings.host,
@@ -90,6 +90,9 @@ async def serve_node(
         auth=auth,
         tls=tls,
     )
+    # Maps too big for every member's assignment are served and fetched over HTTP; the
+    # server accepts connections before the node joins its group (below).
+    node.member.use_exchange(server.api.maps)
     try:
         await server.start()  # a listen address that cannot be used fails here, unjoined
     except BaseException:

@@ -22,6 +22,9 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_restore_refetches_total` | counter | |
 | `sparkiq_restore_truncated_offsets_total` | counter | table, partition (once some were) |
 | `sparkiq_group_generation` | gauge | |
+| `sparkiq_group_rebalance_bytes` | gauge | part (once the node led a rebalance) |
+| `sparkiq_group_led_generation`, `sparkiq_group_led_members` | gauge | (likewise) |
+| `sparkiq_group_map_received_timestamp_seconds` | gauge | (once the node has a map) |
 | `sparkiq_cluster_nodes` | gauge | |
 | `sparkiq_ready` | gauge | |
 | `sparkiq_kafka_unreachable_seconds` | gauge | |
@@ -45,6 +48,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, TopicPartition
 from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.freshness import TableFreshness
+from sparkiq.node.group.membership import RebalanceBytes
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restore.progress import RestoreProgress, fraction_done
 
@@ -110,6 +114,16 @@ class ObservedNode(Protocol):
     def freshness(self, table: TableDef) -> TableFreshness: ...
 
 
+class ObservedGroup(Protocol):
+    """What the collector reads from the node's group member (`GroupMember`)."""
+
+    @property
+    def last_rebalance(self) -> RebalanceBytes | None: ...
+
+    @property
+    def map_received_at(self) -> float | None: ...
+
+
 def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> PartitionState:
     """The `state` label of a local replica: its restorer state, or warming."""
     if status.state is ReplicaState.RESTORING:
@@ -124,9 +138,16 @@ def state_of(status: PartitionStatus, warming: frozenset[TopicPartition]) -> Par
 class NodeMetrics(Collector):
     """Reads the node at scrape time; `progress` (if given) says where restores began."""
 
-    def __init__(self, node: ObservedNode, progress: RestoreProgress | None = None) -> None:
+    def __init__(
+        self,
+        node: ObservedNode,
+        progress: RestoreProgress | None = None,
+        group: ObservedGroup | None = None,
+    ) -> None:
+        """`group`: the node's group member (`GroupMember`), for the group's series."""
         self.node = node
         self.progress = progress
+        self.group = group
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
@@ -237,6 +258,39 @@ class NodeMetrics(Collector):
             "Consumer group generation of the cluster map this node holds (-1: none yet).",
             value=cluster_map.generation,
         )
+        group = self.group
+        if group is not None and group.map_received_at is not None:
+            yield GaugeMetricFamily(
+                "sparkiq_group_map_received_timestamp_seconds",
+                "When this node received the cluster map it holds (Unix time).",
+                value=group.map_received_at,
+            )
+        led = group.last_rebalance if group is not None else None
+        if led is not None:
+            sizes = GaugeMetricFamily(
+                "sparkiq_group_rebalance_bytes",
+                "Bytes of the last rebalance this node led as group leader: the members' "
+                "subscriptions and the assignments it wrote through Kafka, the largest "
+                "assignment, and the encoded map (`inline` 1: in every assignment; 0: by "
+                "reference, fetched over HTTP).",
+                labels=["part"],
+            )
+            sizes.add_metric(["subscriptions"], led.subscriptions)
+            sizes.add_metric(["assignments"], led.assignments)
+            sizes.add_metric(["largest_assignment"], led.largest_assignment)
+            sizes.add_metric(["map"], led.map_bytes)
+            sizes.add_metric(["inline"], 1 if led.inline else 0)
+            yield sizes
+            yield GaugeMetricFamily(
+                "sparkiq_group_led_generation",
+                "Generation of the last rebalance this node led as group leader.",
+                value=led.generation,
+            )
+            yield GaugeMetricFamily(
+                "sparkiq_group_led_members",
+                "Members of the group in the last rebalance this node led.",
+                value=led.members,
+            )
         yield GaugeMetricFamily(
             "sparkiq_cluster_nodes",
             "Nodes named in the cluster map this node holds.",

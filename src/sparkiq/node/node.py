@@ -33,6 +33,7 @@ from sparkiq.node.freshness import TableFreshness, table_freshness
 from sparkiq.node.group.membership import GroupMember
 from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
+from sparkiq.node.openfiles import raise_open_files_limit
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
 from sparkiq.node.stores.registry import StoreRegistry
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
     from sparkiq.node.stores.partitionstore import PartitionStore
 
 log = logging.getLogger("sparkiq.node.node")
+
+# At most this many new stores are opened on the loop when a map arrives (~8 ms each);
+# more are opened in a thread.
+_OPEN_ON_LOOP = 32
 
 # A module constant for the key path: on Python 3.11 `ReplicaState.ACTIVE` goes through
 # EnumType.__getattr__, several times the cost of reading a global.
@@ -74,6 +79,10 @@ class Node(Watching):
         self._followed: set[TopicPartition] = set()  # local replicas seen as STANDBY
         # Rebuilds of each local replica when last seen: a rebuilt store starts afresh.
         self._rebuilds: dict[TopicPartition, int] = {}
+        # The (actives, standbys) of the last map, until the restorer follows them, and the
+        # task that opens their stores when there are many (`_on_assignment`).
+        self._roles_due: tuple[set[TopicPartition], set[TopicPartition]] | None = None
+        self._roles_task: asyncio.Future[None] | None = None
         self.registry = StoreRegistry(settings.state_dir)
         self.changes = ChangeFeed()  # what watchers of keys hear of (live reads)
         self.restorer = Restorer(
@@ -336,6 +345,7 @@ class Node(Watching):
         """Read the catalog, start restoring and join the group; returns once joined."""
         self._loop = asyncio.get_running_loop()
         self.changes.bind(self._loop)
+        raise_open_files_limit()
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         # A right the node lacks fails the start with one message naming it, rather than a
         # catalog never read or a partition never restored (`sparkiq.kafka.access`).
@@ -371,6 +381,8 @@ class Node(Watching):
         try:
             await self.leave()
         finally:
+            if self._roles_task is not None:
+                self._roles_task.cancel()
             await asyncio.to_thread(self.restorer.stop)
             await asyncio.to_thread(self.catalog.stop)
             await asyncio.to_thread(self.progress.stop)
@@ -456,14 +468,50 @@ class Node(Watching):
             len(actives),
             len(standbys),
         )
+        self._roles_due = (actives, standbys)
+        if self._roles_task is None or self._roles_task.done():
+            opening = len((actives | standbys) - self.restorer.statuses().keys())
+            if opening <= _OPEN_ON_LOOP:
+                self._apply_roles()
+                return
+            # Thousands of stores (a first node of a big group holds every partition for a
+            # moment) take ~8 ms each to open: in a thread, so the loop keeps heartbeating
+            # and answering; maps that arrive meanwhile are applied after it, the last one.
+            self._roles_task = asyncio.ensure_future(self._apply_roles_in_thread())
+        self._notify()
+
+    def _apply_roles(self) -> None:
+        due, self._roles_due = self._roles_due, None
+        if due is not None:
+            measured = self.restorer.lags()
+            self.restorer.assign(*due)
+            self._roles_applied(due, measured)
+
+    def _roles_applied(
+        self,
+        due: tuple[set[TopicPartition], set[TopicPartition]],
+        measured: Mapping[TopicPartition, int],
+    ) -> None:
         # Stores left on disk by an earlier assignment come back with the lag the restorer
         # measured for them against a real end: they may stand in at once.
-        measured = self.restorer.lags()
-        self.restorer.assign(actives, standbys)
+        actives, standbys = due
         self._lag_measured.update(
             tp for tp in actives | standbys if tp not in self._first_seen and tp in measured
         )
         self._notify()
+
+    async def _apply_roles_in_thread(self) -> None:
+        while (due := self._roles_due) is not None:
+            self._roles_due = None
+            measured = self.restorer.lags()
+            try:
+                await asyncio.to_thread(self.restorer.assign, *due)
+            except Exception:
+                # The map stays; the restorer keeps what it had (`Restorer.assign` opens all
+                # or none). Raising would only end this task; the next map tries again.
+                log.exception("node %s: cannot open the stores of its assignment", self._url)
+                continue
+            self._roles_applied(due, measured)
 
     def _notify(self) -> None:
         self._track_replicas()

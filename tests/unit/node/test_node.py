@@ -120,3 +120,28 @@ def test_a_node_says_when_its_brokers_are_unreachable_and_stays_ready(node: Node
     assert "the Kafka brokers at 127.0.0.1:1 are unreachable since" in reason
     node.brokers.reached()
     assert node.unready_reason() == "the node is still restoring its active partitions"
+
+
+async def test_a_map_with_many_new_stores_opens_them_off_the_loop(node: Node) -> None:
+    """100 new stores (~8 ms each): the map holds at once, the stores open in a thread
+    while the loop goes on, and a map that arrives meanwhile is applied after them."""
+    import asyncio
+
+    table = TableDef("t", "t", 100)
+    node._set_tables({"t": table})
+    everything = ClusterMap(3, {("t", p): PartitionOwners(node.url) for p in range(100)})
+    node._on_assignment(everything)
+    assert node.cluster_map is everything
+    task = node._roles_task
+    assert task is not None
+    assert not task.done()  # in its thread: the loop is free meanwhile
+    ticks = 0
+    while not task.done():
+        ticks += 1
+        await asyncio.sleep(0.001)
+        if ticks == 1:  # a newer map arrives while the stores open: two partitions left
+            two = {("t", p): PartitionOwners(node.url) for p in range(2)}
+            node._on_assignment(ClusterMap(4, two))
+    assert ticks > 1
+    assert set(node.restorer.statuses()) == {("t", 0), ("t", 1)}
+    node.restorer.stop()

@@ -26,6 +26,7 @@ from sparkiq.core.queries import Failure, FailureReason
 from sparkiq.core.tables import TableDef
 from sparkiq.http.app import metadata, pipeline
 from sparkiq.http.app.gate import Gate
+from sparkiq.http.app.mapexchange import HttpMapExchange, is_map_path
 from sparkiq.http.forwarder import Forwarder
 from sparkiq.http.forwarding.pool import PoolForwarder
 from sparkiq.http.forwarding.relay import Upstream
@@ -130,6 +131,9 @@ class HttpApi:
         # The hot path for GET .../keys/{key}; the adapters try it before `handle`.
         self.keys = KeyPath(self)
         self.watches = Watches(self, Upstream(auth.cluster, client_ssl))
+        # The cluster map this node serves as group leader and fetches as a member (the node
+        # is given it as its map exchange: `sparkiq.core.mapref`).
+        self.maps = HttpMapExchange(self.forwarder, view.url)
 
     async def close(self) -> None:
         """Close the pooled connections to other nodes."""
@@ -247,6 +251,8 @@ class HttpApi:
             return ("tables", *self._simple(method, lambda: self._tables(identity)))
         elif path == "/v1/metadata":
             return ("metadata", *await self._metadata(method, query, headers))
+        elif is_map_path(path):
+            return ("cluster_map", self.maps.answer(method, path), Outcome.LOCAL)
         elif path == "/v1/pipeline":
             reply = partial(pipeline.answer, self.view, identity, query)
             return ("pipeline", *self._simple(method, reply))

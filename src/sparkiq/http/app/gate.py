@@ -10,7 +10,9 @@ dispatch see it:
 3. the internal forwarding headers (hops, budget) are honoured only on a request signed with
    the cluster credential, when the node has one: otherwise 403, so no one outside the
    cluster can pose as a forwarding node;
-4. the caller's credentials: an `Identity`, or 401 with `WWW-Authenticate: Bearer` (not for
+4. the cluster map a group leader serves (`mapexchange`): only to a request signed with the
+   cluster credential when the node has one (403 otherwise), without a caller's credentials;
+5. the caller's credentials: an `Identity`, or 401 with `WWW-Authenticate: Bearer` (not for
    the console's page and files, `/ui`, which hold no data: the page asks the API with the
    caller's own credentials). The credentials are kept in `FORWARD_HEADERS` so a forwarded
    request carries the caller's own identity to the owner, which checks it again: a caller
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from sparkiq.auth import EVERYONE, AuthConfig, Authenticator, Identity
 from sparkiq.auth.apikeys import API_KEY_HEADER
+from sparkiq.http.app.mapexchange import is_map_path
 from sparkiq.http.console.pages import is_console_path
 from sparkiq.http.messages.errorcodes import ErrorCode
 from sparkiq.http.messages.requestid import REQUEST_ID, accept_request_id, new_request_id
@@ -93,6 +96,19 @@ class Gate:
             )
         if (ops and not self.protect_ops) or is_console_path(path):
             return _OPS
+        if is_map_path(path):
+            # The cluster map a group leader serves its members (`mapexchange`): for nodes
+            # of the cluster only, by their signature (checked above), not a caller's token.
+            if self.cluster is not None and hops is None:
+                return self._refuse(
+                    error_response(
+                        403,
+                        ErrorCode.NOT_A_CLUSTER_NODE,
+                        "the cluster map is served only to nodes of this cluster (requests "
+                        "signed with the cluster secret)",
+                    )
+                )
+            return _OPS
         found = self.authenticator.authenticate(authorization, api_key)
         if isinstance(found, str):
             return self._refuse(error_response(401, ErrorCode.UNAUTHENTICATED, found, _CHALLENGE))
@@ -128,6 +144,7 @@ class Gate:
             or self.in_flight >= self.max_in_flight
             or path in OPS_PATHS
             or (hops is not None and self.cluster is not None)
+            or (self.cluster is not None and is_map_path(path))
         ):
             return self.admit(
                 "GET",

@@ -37,6 +37,8 @@ arrival order or member id.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -173,6 +175,13 @@ class _State:
         self.urls = sorted(nodes)
         self.acceptable_lag = acceptable_lag
         self.previous_active: dict[TopicPartition, str] = {}
+        # The nodes holding state (a store, any lag) for each partition, in URL order: the
+        # only ones whose lag is not _NO_STATE, so the loops over partitions ask them alone
+        # (100 nodes x 3,000 partitions would otherwise be 300,000 look-ups per loop).
+        self.holders: dict[TopicPartition, list[str]] = {}
+        for url in self.urls:
+            for tp in nodes[url].lags:
+                self.holders.setdefault(tp, []).append(url)
         claims: dict[TopicPartition, list[str]] = {}
         for url in self.urls:
             for tp in nodes[url].actives:
@@ -235,11 +244,16 @@ def _balanced_targets(tps: list[TopicPartition], state: _State) -> dict[TopicPar
     # warmed partitions up for a hand-over and now report them caught up.
     hungry = {url for url in urls if len(kept[url]) < slots.base}
 
+    holders = state.holders
+
     def hand_over_is_ready(url: str, tp: TopicPartition) -> bool:
-        return any(o != url and o in hungry and state.is_caught_up(o, tp) for o in urls)
+        # A caught-up node holds state: only the holders can be.
+        return any(
+            o != url and o in hungry and state.is_caught_up(o, tp) for o in holders.get(tp, ())
+        )
 
     def hungry_has_state(url: str, tp: TopicPartition) -> bool:
-        return any(o != url and o in hungry and state.lag(o, tp) < _NO_STATE for o in urls)
+        return any(o != url and o in hungry for o in holders.get(tp, ()))
 
     for url in urls:
         # A node over its share gives up first what a hungry node is already caught up on:
@@ -275,13 +289,27 @@ def _balanced_targets(tps: list[TopicPartition], state: _State) -> dict[TopicPar
     # The rest: first to nodes already caught up, then by lag, then to the least loaded.
     free = [tp for tp in tps if tp not in targets]
     for tp in free:
-        ready = [u for u in urls if slots.has_room(u) and state.is_caught_up(u, tp)]
+        ready = [u for u in holders.get(tp, ()) if slots.has_room(u) and state.is_caught_up(u, tp)]
         if ready:
             give(tp, min((state.lag(u, tp), slots.count[u], u) for u in ready)[2])
+    # A node with state (a finite lag) comes before every node without; among those, the
+    # least loaded, then the first URL: a heap of (count, url), whose stale entries (the
+    # count has grown since) and full nodes (a full node never has room again) are dropped.
+    least: list[tuple[int, str]] = [(slots.count[u], u) for u in urls if slots.has_room(u)]
+    heapq.heapify(least)
     for tp in free:
-        if tp not in targets:
-            room = [u for u in urls if slots.has_room(u)]
-            give(tp, min((state.lag(u, tp), slots.count[u], u) for u in room)[2])
+        if tp in targets:
+            continue
+        room = [u for u in holders.get(tp, ()) if slots.has_room(u)]
+        if room:
+            url = min((state.lag(u, tp), slots.count[u], u) for u in room)[2]
+        else:
+            while slots.count[least[0][1]] != least[0][0] or not slots.has_room(least[0][1]):
+                heapq.heappop(least)
+            url = least[0][1]
+        give(tp, url)
+        if slots.has_room(url):
+            heapq.heappush(least, (slots.count[url], url))
     return targets
 
 
@@ -296,7 +324,12 @@ def _apply_warm_up(
         actives[tp] = target
         if state.is_caught_up(target, tp):
             continue
-        best = min(state.readiness(u, tp) for u in state.urls)[3]
+        # A node without state is never ahead of the target (its lag is no smaller), and
+        # every holder's readiness sorts before it: the holders alone decide.
+        holders = state.holders.get(tp)
+        if not holders:
+            continue
+        best = min(state.readiness(u, tp) for u in holders)[3]
         if best != target and state.is_ahead_of(best, target, tp):
             actives[tp] = best
             warming[tp] = target
@@ -353,7 +386,11 @@ def _place_standbys(
     # restores from scratch while its own stores are served by others. A standby on the
     # host of another replica of its partition is left for later while a node on another
     # host has room for it: a host's failure should not take every copy of a partition.
-    held = {u: [tp for tp in tps if is_free(u, tp) and state.lag(u, tp) < _NO_STATE] for u in urls}
+    wanted = set(tps)
+    held = {
+        u: [tp for tp in sorted(state.nodes[u].lags) if tp in wanted and is_free(u, tp)]
+        for u in urls
+    }
     for url in sorted(urls, key=lambda u: (len(held[u]) - (cap - load[u]), u)):
         for tp in sorted(held[url], key=lambda t: (state.lag(url, t), t)):
             if load[url] >= cap:
@@ -364,15 +401,39 @@ def _place_standbys(
                 continue
             standbys[tp].add(url)
             load[url] += 1
+    # The rest, each to the best node by (full, shares a host, load, lag, URL). The nodes
+    # are walked in (full, load, URL) order and the walk stops at the first load past the
+    # best found: what comes later cannot beat it.
+    #   Once the best shares no host (or there is one host, where every node shares it),
+    # only a node of the same (full, load) with a smaller lag, i.e. a holder of state, can
+    # still beat it (the walk meets URLs in order).
+    by_load = sorted((load[u] >= cap, load[u], u) for u in urls)
     for tp in tps:
+        holding = state.holders.get(tp, ())
         while len(standbys[tp]) < need[tp]:
-            url = min(
-                (load[u] >= cap, shares_host(u, tp), load[u], state.lag(u, tp), u)
-                for u in urls
-                if is_free(u, tp)
-            )[4]
+            best: tuple[bool, bool, int, float, str] | None = None
+            for full, n, u in by_load:
+                if best is not None:
+                    if full and not best[0]:
+                        break
+                    if not best[1] or not several_hosts:
+                        if (full, n) > (best[0], best[2]):
+                            break
+                        if u not in holding:
+                            continue
+                if not is_free(u, tp):
+                    continue
+                shares = shares_host(u, tp) if several_hosts else True
+                key = (full, shares, n, state.lag(u, tp), u)
+                if best is None or key < best:
+                    best = key
+            if best is None:  # need[tp] < nodes - replicas: never
+                raise AssertionError(f"no node is free for a standby of {tp}")
+            url = best[4]
+            by_load.remove((best[0], best[2], url))
             standbys[tp].add(url)
             load[url] += 1
+            bisect.insort(by_load, (load[url] >= cap, load[url], url))
 
     _even_out(tps, standbys, is_free, shares_host, load, state)
     return standbys

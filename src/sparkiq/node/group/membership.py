@@ -7,8 +7,18 @@ used only for membership, failure detection and leader election:
 - a member's subscription user data is its `MemberInfo` (URL, what it holds, lags), taken
   fresh at every join;
 - the leader runs `sparkiq.node.group.assignment.assign` over all members and gives every member an
-  assignment with *no* partitions and the whole `ClusterMap` as user data;
-- every member decodes the map and hands it to its ``on_assignment`` callback, on the loop.
+  assignment with *no* partitions and, as user data, the map in its compact encoding
+  (`sparkiq.core.mapcodec`) while members x map bytes stay within a budget, else a
+  `MapReference` (generation, digest, size, the leader's URL: `assignmentdata`); the
+  leader then serves the encoded map over HTTP through its `MapExchange`;
+- every member decodes the map (or fetches it by reference, checks its digest, and retries
+  with a backoff until it has it or a newer assignment arrives) and hands it to its
+  ``on_assignment`` callback, on the loop. The leader applies its own map directly.
+
+So the bytes one rebalance writes through Kafka grow with members + partitions (each
+member's subscription, a small reference each), not with their product. A member without
+an exchange (tests' light members) always gets the map inline; so does every member while
+one of protocol 1 is in the group (a rolling upgrade), in the form that one reads.
 
 The changelog partitions are then followed by the restorer, not by this consumer.
 confluent-kafka cannot run an assignor written in Python; aiokafka can.
@@ -19,11 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
@@ -38,9 +51,12 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
 from sparkiq.core.errors import AccessDeniedError, ConfigError, KafkaError
-from sparkiq.core.topology import ClusterMap, MemberInfo
+from sparkiq.core.mapcodec import MapEncodingError, decode_map, encode_map
+from sparkiq.core.mapref import MapExchange, MapReference, digest_of
+from sparkiq.core.topology import PROTOCOL_VERSION, ClusterMap, MemberInfo
 from sparkiq.kafka.rights import Need, Operation, Refusal, Resource, principal_of, refusal_message
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
+from sparkiq.node.group import assignmentdata
 from sparkiq.node.group.assignment import assign
 
 log = logging.getLogger(__name__)
@@ -50,6 +66,28 @@ ASSIGNOR_NAME = "sparkiq"
 # How long a getmany() call in the keep-alive task waits; it fetches nothing, so this only
 # bounds how quickly a coordination error is noticed and logged.
 _POLL_TIMEOUT_MS = 1_000
+# A map fetched by reference is asked for again after this, doubling up to the cap.
+_FETCH_FIRST_RETRY_S = 0.05
+_FETCH_MAX_RETRY_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceBytes:
+    """What the leader's last rebalance wrote through Kafka, in bytes of user data.
+
+    `subscriptions`: every member's metadata as the leader received it; `assignments`: the
+    user data of every member's assignment; `largest_assignment`; `map_bytes`: the encoded
+    map (served over HTTP when `inline` is False, once per fetching member).
+    """
+
+    generation: int
+    members: int
+    partitions: int
+    subscriptions: int
+    assignments: int
+    largest_assignment: int
+    map_bytes: int
+    inline: bool
 
 
 class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -84,11 +122,20 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         # The changelogs of global tables, as this member's catalog knows them: when it is
         # the leader, their partitions go to every node.
         self._global_topics = global_topics
+        # Where maps past the inline budget are served from (None: always inline).
+        self.exchange: MapExchange | None = None
+        self.inline_budget = assignmentdata.INLINE_BUDGET_BYTES
+        # The map this member published as leader, by digest: applied without a fetch.
+        self.published: tuple[str, ClusterMap] | None = None
+        self.on_reference: Callable[[MapReference], None] = lambda ref: None
+        self.last_rebalance: RebalanceBytes | None = None
+        self.leader_reads_compact = False
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
-        return ConsumerProtocolMemberMetadata(
-            self.version, sorted(topics), self._member_info().to_bytes()
-        )
+        # Compact once the group's leader has shown it reads protocol 2 (its last assignment
+        # was in a form of protocol 2): a leader of protocol 1 reads only the plain form.
+        info = self._member_info().to_bytes(compact=self.leader_reads_compact)
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), info)
 
     def assign(
         self, cluster: Any, member_metadata: Mapping[str, ConsumerProtocolMemberMetadata]
@@ -116,18 +163,60 @@ class SparkiqAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             generation=self._generation(),
             everywhere=frozenset(self._global_topics()),
         )
-        user_data = cluster_map.to_bytes()
+        user_data, encoded, is_inline = self._user_data(cluster_map, members, len(member_metadata))
+        self.last_rebalance = RebalanceBytes(
+            generation=cluster_map.generation,
+            members=len(member_metadata),
+            partitions=len(cluster_map.owners),
+            subscriptions=sum(
+                len(m.user_data or b"") + sum(len(t) for t in m.subscription)
+                for m in member_metadata.values()
+            ),
+            assignments=len(user_data) * len(member_metadata),
+            largest_assignment=len(user_data),
+            map_bytes=len(encoded),
+            inline=is_inline,
+        )
         return {
             member_id: ConsumerProtocolMemberAssignment(self.version, [], user_data)
             for member_id in member_metadata
         }
 
+    def _user_data(
+        self, cluster_map: ClusterMap, members: Mapping[str, MemberInfo], count: int
+    ) -> tuple[bytes, bytes, bool]:
+        """The user data of every assignment, the encoded map, and whether it is inline."""
+        if any(info.protocol < PROTOCOL_VERSION for info in members.values()):
+            # A member of protocol 1 (a rolling upgrade) reads only the whole map in JSON.
+            legacy = cluster_map.to_bytes()
+            return legacy, legacy, True
+        encoded = encode_map(cluster_map)
+        exchange = self.exchange
+        if exchange is None or assignmentdata.fits_inline(count, len(encoded), self.inline_budget):
+            return assignmentdata.inline(encoded), encoded, True
+        digest = digest_of(encoded)
+        exchange.publish(cluster_map.generation, digest, encoded)
+        self.published = (digest, cluster_map)
+        reference = MapReference(cluster_map.generation, digest, len(encoded), exchange.url)
+        return assignmentdata.by_reference(reference), encoded, False
+
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         try:
-            cluster_map = ClusterMap.from_bytes(assignment.user_data)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            got = assignmentdata.read(assignment.user_data)
+        except MapEncodingError as exc:
             log.error("cannot read the cluster map in this assignment (%s); keeping the old", exc)
             return
+        self.leader_reads_compact = not assignment.user_data.startswith(b"{")
+        if isinstance(got, MapReference):
+            published = self.published
+            if published is None or published[0] != got.digest:
+                self.on_reference(got)
+                return
+            got = published[1]  # the leader's own map: nothing to fetch
+        self.apply(got)
+
+    def apply(self, cluster_map: ClusterMap) -> None:
+        """Hand *cluster_map* to the member's callback; never raises."""
         try:
             self._on_map(cluster_map)
         except Exception:
@@ -153,9 +242,13 @@ class GroupMember:
         unassigned_topics: Iterable[str] = (),
         global_topics: Callable[[], Iterable[str]] = tuple,
         security: KafkaSecurity = PLAINTEXT,
+        exchange: MapExchange | None = None,
     ) -> None:
         """*security* is translated for aiokafka here, so settings it cannot use (GSSAPI,
-        OAUTHBEARER, keystores) raise ConfigError when the node starts, not on first join."""
+        OAUTHBEARER, keystores) raise ConfigError when the node starts, not on first join.
+
+        *exchange*: where maps past the inline budget are served and fetched (see
+        `use_exchange`); without one, every assignment carries the whole map."""
         if heartbeat_interval_ms * 2 > session_timeout_ms:
             raise ConfigError(
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be at most half of "
@@ -178,11 +271,32 @@ class GroupMember:
             unassigned_topics=unassigned_topics,
             global_topics=global_topics,
         )
+        self._assignor.on_reference = self._fetch_later
+        self._assignor.exchange = exchange
         self._consumer: AIOKafkaConsumer | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._fetch_task: asyncio.Task[None] | None = None
         self._topics: frozenset[str] = frozenset()
         self._first_map = asyncio.Event()
+        self.map_received_at: float | None = None  # Unix time `cluster_map` arrived
+        # True from the moment this member prepares to rejoin until its next assignment.
+        self.rebalancing = False
+        self._listener = _RebalanceWatch(self)
         self.cluster_map = ClusterMap()
+
+    def use_exchange(self, exchange: MapExchange | None, inline_budget: int | None = None) -> None:
+        """Serve and fetch maps past *inline_budget* (members x encoded map bytes; default
+        `assignmentdata.INLINE_BUDGET_BYTES`) through *exchange*. Call before `start`; the
+        exchange must serve before this member joins (the node starts its HTTP server first).
+        """
+        self._assignor.exchange = exchange
+        if inline_budget is not None:
+            self._assignor.inline_budget = inline_budget
+
+    @property
+    def last_rebalance(self) -> RebalanceBytes | None:
+        """What the last rebalance this member led wrote through Kafka (None: led none)."""
+        return self._assignor.last_rebalance
 
     @property
     def topics(self) -> frozenset[str]:
@@ -212,7 +326,7 @@ class GroupMember:
             await self._join()
             return
         # A new subscription makes aiokafka rejoin, which makes the leader reassign.
-        self._consumer.subscribe(sorted(new))
+        self._consumer.subscribe(sorted(new), listener=self._listener)
 
     def request_rebalance(self) -> None:
         """Rejoin so the leader reassigns with this member's fresh lags (a warm-up finished).
@@ -222,9 +336,16 @@ class GroupMember:
         one inactive and rejoins, sending a fresh `MemberInfo`; the coordinator then starts a
         rebalance and every member rejoins. (`_coordinator.request_rejoin()` would do the same
         through a private attribute.)
+
+        Dropped while a rebalance is under way (this member is rejoining): asking again
+        would make a second one right after it, for every member. The asker sees the new map
+        and asks again if it still needs to.
         """
+        if self.rebalancing:
+            log.info("group %s: a rebalance is under way; not asking for another", self._group_id)
+            return
         if self._consumer is not None and self._topics:
-            self._consumer.subscribe(sorted(self._topics))
+            self._consumer.subscribe(sorted(self._topics), listener=self._listener)
 
     async def stop(self) -> None:
         """Leave the group at once (LeaveGroup), so the others rebalance without waiting."""
@@ -252,7 +373,7 @@ class GroupMember:
         config.update(self._security_kwargs)
         config.update(self._kafka_config)
         consumer = AIOKafkaConsumer(**config)
-        consumer.subscribe(sorted(self._topics))
+        consumer.subscribe(sorted(self._topics), listener=self._listener)
         self._first_map.clear()
         # Set before start(): the first assignment may run during start() on the leader.
         self._consumer = consumer
@@ -308,6 +429,7 @@ class GroupMember:
         return refusal_message(refusals, self._bootstrap, f"join group {self._group_id!r}")
 
     async def _leave(self) -> None:
+        self._cancel_fetch()
         task, self._poll_task = self._poll_task, None
         if task is not None:
             task.cancel()
@@ -341,8 +463,76 @@ class GroupMember:
         coordinator = getattr(self._consumer, "_coordinator", None)
         return int(getattr(coordinator, "generation", -1))
 
+    def _fetch_later(self, reference: MapReference) -> None:
+        """Fetch the map *reference* names in a task; a newer assignment cancels it."""
+        self._cancel_fetch()
+        self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(reference))
+
+    def _cancel_fetch(self) -> None:
+        task, self._fetch_task = self._fetch_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _fetch(self, reference: MapReference) -> None:
+        """Ask the leader for the map until it arrives whole (digest checked), with a
+        doubling backoff; cancelled when a newer assignment arrives or the member leaves."""
+        exchange = self._assignor.exchange
+        if exchange is None:
+            log.error(
+                "group %s: generation %d's map is by reference, but this member has no map "
+                "exchange to fetch it; keeping the old",
+                self._group_id,
+                reference.generation,
+            )
+            return
+        started = time.monotonic()
+        delay = _FETCH_FIRST_RETRY_S
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                data = await exchange.fetch(reference)
+            except Exception:
+                # The exchange reports what it cannot reach as None; anything else is a bug
+                # to log, not a reason to stop asking (the member would keep its old map).
+                log.exception("fetching generation %d's map failed", reference.generation)
+                data = None
+            if data is not None and reference.matches(data):
+                try:
+                    cluster_map = decode_map(data)
+                except MapEncodingError as exc:
+                    log.error(
+                        "the map of generation %d does not decode: %s", reference.generation, exc
+                    )
+                else:
+                    if attempts > 1:
+                        log.info(
+                            "group %s: map of generation %d fetched from %s after %d attempts "
+                            "(%.1f s)",
+                            self._group_id,
+                            reference.generation,
+                            reference.url,
+                            attempts,
+                            time.monotonic() - started,
+                        )
+                    self._assignor.apply(cluster_map)
+                    return
+            elif data is not None:
+                log.warning(
+                    "the map fetched from %s for generation %d is not the one referenced "
+                    "(%d bytes, digest differs); asking again",
+                    reference.url,
+                    reference.generation,
+                    len(data),
+                )
+            # Jitter: the members of a big group do not ask again all at once.
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, _FETCH_MAX_RETRY_S)
+
     def _received(self, cluster_map: ClusterMap) -> None:
+        self._cancel_fetch()
         self.cluster_map = cluster_map
+        self.map_received_at = time.time()
         self._first_map.set()
         self._on_assignment(cluster_map)
 
@@ -354,6 +544,22 @@ def _names(arg: object) -> list[object]:
     if isinstance(arg, Iterable):
         return list(arg)
     return [arg]
+
+
+class _RebalanceWatch(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Tells its member when it prepares to rejoin (aiokafka's public listener, called
+    before every JoinGroup): a rebalance is under way until the member's next map."""
+
+    def __init__(self, member: GroupMember) -> None:
+        self._member = member
+
+    def on_partitions_revoked(self, revoked: object) -> None:
+        self._member.rebalancing = True
+
+    def on_partitions_assigned(self, assigned: object) -> None:
+        # After the assignment was handed over (`SparkiqAssignor.on_assignment`), whatever
+        # it held: the rebalance is over.
+        self._member.rebalancing = False
 
 
 class _LoggedErrors(logging.Handler):

@@ -5,6 +5,13 @@ it), once its replicas found misplaced records the cluster map should learn of
 (`misplaced_to_share`), and once one of its stores failed (the others may serve the partition
 while it is rebuilt). A request that leads to no new generation is made again
 (`rebalance_due`).
+
+In a big group every rebalance costs every member a rejoin, and many nodes catch up at
+about the same time (a group forming, empty partitions). Requests are coalesced: a node asks
+only once its map's generation has held for a settle time, jittered per node
+(`has_settled`), so the first to ask carries everyone's fresh lags (each member's report is
+taken afresh when it rejoins) and the others see the new map instead of asking again; and
+a request made while a rebalance is under way is dropped (`GroupMember.request_rebalance`).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Container, Mapping, Set
 from typing import TYPE_CHECKING
@@ -28,6 +36,11 @@ _WARMUP_CHECK_S = 1.0
 # A rebalance asked for and not begun (no new generation) after twice the session timeout,
 # and at least this long, is asked for again.
 _REASK_MIN_S = 10.0
+# A node asks only once its map's generation has held this long, plus up to the jitter (a
+# random share fixed per node): at least one heartbeat, so a rebalance another node began
+# has reached this one.
+_SETTLE_S = 1.0
+_SETTLE_JITTER_S = 1.5
 
 
 class RebalanceAsker:
@@ -61,6 +74,11 @@ class RebalanceAsker:
         self._faults_seen = 0  # the restorer's storage faults, when last acted on
         # Replicas whose misplaced count was shared once they had caught up.
         self._misplaced_final: set[TopicPartition] = set()
+        # The generation of the map last seen, since when (monotonic), and how long a
+        # generation must hold before this node asks (`has_settled`).
+        self._generation = -2
+        self._generation_since = 0.0
+        self._settle_s = _SETTLE_S + random.random() * _SETTLE_JITTER_S
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Check every second until `stopping` is set; ask for a rebalance when one is due."""
@@ -69,13 +87,17 @@ class RebalanceAsker:
                 await asyncio.wait_for(stopping.wait(), timeout=_WARMUP_CHECK_S)
             if stopping.is_set():
                 return
+            now, generation = time.monotonic(), self._map().generation
+            if generation != self._generation:
+                self._generation, self._generation_since = generation, now
+            if not has_settled(self._generation_since, now, self._settle_s):
+                continue
             warmed_up = self._warmup_done()
             unshared = self._misplaced_unshared()
             faults = self._restorer.storage_faults
             faulted = faults != self._faults_seen
             if not (warmed_up or unshared or faulted):
                 continue
-            now, generation = time.monotonic(), self._map().generation
             asked_for = self._asked_for
             if rebalance_due(asked_for, self._asked_at, generation, now, self._reask_s):
                 self._asked_for, self._asked_at = generation, now
@@ -157,3 +179,10 @@ def rebalance_due(
     warm-up's partition where it is for good.
     """
     return asked_for != generation or now - asked_at >= reask_s
+
+
+def has_settled(generation_since: float, now: float, settle_s: float) -> bool:
+    """Whether the map's generation, seen since `generation_since`, has held long enough
+    (`settle_s`) for this node to ask for a rebalance: a group forming or rebalancing is
+    given time to end, and the nodes that catch up meanwhile ask once, together."""
+    return now - generation_since >= settle_s

@@ -502,3 +502,55 @@ def test_a_global_topic_s_actives_are_balanced_with_the_others() -> None:
         assert {owners.active, *owners.standbys} == set(urls)
     for p in range(6):
         assert len(cm.owners[("orders", p)].standbys) == 1
+
+
+def _check_invariants(cm: ClusterMap, urls: list[str], tps: list[TopicPartition], n: int) -> None:
+    assert sorted(cm.owners) == tps
+    for tp, o in cm.owners.items():
+        assert o.active in urls, tp
+        followers = [*o.standbys, *o.warming]
+        assert o.active not in followers, tp
+        assert len(set(followers)) == len(followers), tp
+        assert len(o.standbys) == n, tp  # nodes enough: a warm-up is on top
+    load = Counter(u for o in cm.owners.values() for u in (o.active, *o.standbys, *o.warming))
+    assert max(load.values()) - min(load[u] for u in urls) <= 1
+
+
+@pytest.mark.parametrize("hosts", ["one host", "a host per node"])
+def test_100_nodes_and_3000_partitions_are_assigned_in_well_under_a_second(hosts: str) -> None:
+    """A group forming (nobody holds anything), then at rest (everyone reports its
+    replicas), then one node joining and another leaving: the invariants hold and each
+    assignment takes a fraction of a second (the leader runs it on its event loop)."""
+    import time
+
+    node = url if hosts == "one host" else (lambda i: f"http://node-{i}.svc:8100")
+    urls = [node(i) for i in range(100)]
+    partitions = {f"table{t}": 300 for t in range(10)}
+    tps = all_tps(partitions)
+    took = []
+
+    def timed(members: Mapping[str, MemberInfo]) -> ClusterMap:
+        started = time.perf_counter()
+        cm = assign(members, partitions, standby_replicas=1, acceptable_lag=10)
+        took.append(time.perf_counter() - started)
+        return cm
+
+    fresh = timed({f"member-{u}": MemberInfo(url=u) for u in urls})
+    _check_invariants(fresh, urls, tps, 1)
+    assert not any(o.warming for o in fresh.owners.values())
+    assert set(Counter(o.active for o in fresh.owners.values()).values()) == {30}
+    at_rest = timed(reports(fresh, urls))
+    assert at_rest.owners == fresh.owners  # sticky: nothing moves
+    moved = reports(at_rest, urls)
+    del moved[f"member-{urls[7]}"]
+    moved["member-new"] = MemberInfo(url=node(100))
+    after = timed(moved)
+    survivors = [u for u in urls if u != urls[7]] + [node(100)]
+    _check_invariants(after, survivors, tps, 1)
+    # The leaver's actives went to their standbys (caught up); the newcomer only warms up.
+    for tp in at_rest.actives_of(urls[7]):
+        assert after.owners[tp].active == at_rest.owners[tp].standbys[0]
+    assert not after.actives_of(node(100))
+    assert after.warming_of(node(100))
+    print(f"{hosts}: fresh / at rest / join+leave took " + " / ".join(f"{t:.3f}" for t in took))
+    assert max(took) < 1.0

@@ -17,14 +17,25 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 
+import httpx
 import pytest
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
+from sparkiq.auth import AuthConfig
 from sparkiq.core.errors import KafkaError
-from sparkiq.core.topology import ClusterMap, MemberInfo
+from sparkiq.core.mapcodec import encode_map
+from sparkiq.core.mapref import MapReference, digest_of
+from sparkiq.core.topology import ClusterMap, MemberInfo, PartitionOwners
 from sparkiq.dev.kafkabroker import KafkaBroker
+from sparkiq.dev.ports import free_port
+from sparkiq.http import HttpServer
+from sparkiq.http.staticview import StaticView
 from sparkiq.kafka.admin import create_topic
+from sparkiq.node.group import assignmentdata
 from sparkiq.node.group.membership import GroupMember
+from tests.support.auth import CLUSTER_SECRET, SECRET, write
 
 SESSION_MS = 4_000
 HEARTBEAT_MS = 500
@@ -118,6 +129,52 @@ async def test_three_members_receive_identical_maps(
             assert len(owners.standbys) == 1
             assert owners.active not in owners.standbys
         assert sorted(len(first.actives_of(url(i))) for i in range(3)) == [2, 2, 2]
+
+
+async def test_past_the_budget_every_member_fetches_the_same_map_from_the_leader(
+    bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Three members, each with its node's HTTP server as its map exchange (authentication
+    on, so fetches are signed with the cluster secret), the inline budget forced to 0: every
+    assignment carries a reference, the leader serves the map, the others fetch it."""
+    topic = unique_name("byref")
+    create_topic(bootstrap, topic, 12)
+    group = unique_name("group")
+    auth = AuthConfig.load(
+        auth="required",
+        jwt_secret_file=write(tmp_path / "jwt.secret", SECRET),
+        cluster_secret_file=write(tmp_path / "cluster.secret", CLUSTER_SECRET),
+    )
+    servers = [
+        HttpServer(StaticView(f"http://127.0.0.1:{port}", []), "127.0.0.1", port, auth=auth)
+        for port in (free_port() for _ in range(3))
+    ]
+    members = [make_member(bootstrap, group, server.url) for server in servers]
+    for member, server in zip(members, servers, strict=True):
+        member.use_exchange(server.api.maps, inline_budget=0)
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            await stack.enter_async_context(server)  # serving before the members join
+        async with started(members, [topic]):
+            await wait_until(members, lambda cm: len(cm.urls()) == 3, timeout_s=30)
+            first = members[0].cluster_map
+            assert all(m.cluster_map == first for m in members[1:])
+            assert covers(first, topic, 12)
+            led = [m.last_rebalance for m in members if m.last_rebalance is not None]
+            last = max(led, key=lambda r: r.generation)
+            assert last.generation == first.generation
+            assert not last.inline
+            assert last.largest_assignment < 200
+            # The leader served its map to the two others (and maybe earlier generations').
+            leader = next(
+                s for s, m in zip(servers, members, strict=True) if m.last_rebalance is last
+            )
+            assert leader.api.maps.served >= 2
+            # Not to anyone else: a request without the cluster's signature is refused.
+            async with httpx.AsyncClient() as http:
+                digest = leader.api.maps.digests()[-1]
+                got = await http.get(f"{leader.url}/v1/cluster-map/{digest}")
+            assert got.status_code == 403
 
 
 async def test_clean_stop_gives_the_others_a_map_without_it_quickly(
@@ -269,7 +326,8 @@ def test_unassigned_topics_take_no_share_of_the_actives() -> None:
         for i in range(3)
     }
     out = assignor.assign(_Cluster({"app.catalog": 1, "table-a": 6}), members)
-    cluster_map = ClusterMap.from_bytes(out["member-0"].user_data)
+    cluster_map = assignmentdata.read(out["member-0"].user_data)
+    assert isinstance(cluster_map, ClusterMap)
     assert {tp[0] for tp in cluster_map.owners} == {"table-a"}
     # 6 partitions over 3 nodes: 2 actives each (with the catalog's partition counted, one
     # node would get 3 table partitions and another 1 and the catalog's).
@@ -294,3 +352,81 @@ async def test_a_session_timeout_the_brokers_refuse_is_said_plainly() -> None:
         with pytest.raises(KafkaError, match=r"refuse a session timeout of 3000 ms.*--session"):
             await member.start(["t"])
         assert time.monotonic() - started_at < 10
+
+
+class FlakyExchange:
+    """An exchange whose leader answers nothing, then the wrong bytes, then the map."""
+
+    url = "http://leader:8100"
+
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = answers
+        self.asked = 0
+
+    def publish(self, generation: int, digest: str, data: bytes) -> None:
+        raise AssertionError("a member that is not the leader publishes nothing")
+
+    async def fetch(self, reference: MapReference) -> bytes | None:
+        self.asked += 1
+        return self.answers.pop(0) if self.answers else None
+
+
+def assignment_of(data: bytes) -> ConsumerProtocolMemberAssignment:
+    return ConsumerProtocolMemberAssignment(0, [], data)
+
+
+async def test_a_member_asks_again_until_the_referenced_map_arrives_whole() -> None:
+    recorder = Recorder()
+    member = make_member("127.0.0.1:1", "g", url(1), recorder=recorder)
+    cluster_map = ClusterMap(5, {("t", 0): PartitionOwners(url(0), (url(1),))})
+    encoded = encode_map(cluster_map)
+    ref = MapReference(5, digest_of(encoded), len(encoded), FlakyExchange.url)
+    exchange = FlakyExchange([None, b"not the map", encoded])
+    member.use_exchange(exchange)
+    member._assignor.on_assignment(assignment_of(assignmentdata.by_reference(ref)))
+    await wait_until([member], lambda cm: cm.generation == 5, timeout_s=5)
+    assert member.cluster_map == cluster_map
+    assert exchange.asked == 3
+    assert [m for _, m in recorder.maps] == [cluster_map]
+
+
+async def test_a_newer_assignment_ends_the_fetch_of_an_older_map() -> None:
+    recorder = Recorder()
+    member = make_member("127.0.0.1:1", "g", url(1), recorder=recorder)
+    exchange = FlakyExchange([])  # the leader of generation 5 never answers
+    member.use_exchange(exchange)
+    ref = MapReference(5, "0" * 64, 10, FlakyExchange.url)
+    member._assignor.on_assignment(assignment_of(assignmentdata.by_reference(ref)))
+    await asyncio.sleep(0.1)
+    newer = ClusterMap(6, {("t", 0): PartitionOwners(url(1))})
+    member._assignor.on_assignment(assignment_of(assignmentdata.inline(encode_map(newer))))
+    asked = exchange.asked
+    await asyncio.sleep(0.3)
+    assert exchange.asked == asked  # no longer asking
+    assert member.cluster_map == newer
+    assert [m for _, m in recorder.maps] == [newer]
+
+
+def test_a_rebalance_asked_for_while_one_is_under_way_is_dropped() -> None:
+    """Asking again while this member rejoins would make a second rebalance right after the
+    first, for every member; the listener marks the rejoin until the next assignment."""
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.subscribed = 0
+
+        def subscribe(self, topics: list[str], listener: object = None) -> None:
+            self.subscribed += 1
+
+    member = make_member("127.0.0.1:1", "g", url(1))
+    consumer = Consumer()
+    member._consumer = consumer  # type: ignore[assignment]
+    member._topics = frozenset({"t"})
+    member.request_rebalance()
+    assert consumer.subscribed == 1
+    member._listener.on_partitions_revoked(set())  # aiokafka: about to rejoin
+    member.request_rebalance()
+    assert consumer.subscribed == 1
+    member._listener.on_partitions_assigned(set())  # the rebalance is over
+    member.request_rebalance()
+    assert consumer.subscribed == 2

@@ -27,10 +27,16 @@ class FakeRestorer:
 
 
 async def asked_for(
-    monkeypatch: pytest.MonkeyPatch, restorer: FakeRestorer, cluster_map: ClusterMap
+    monkeypatch: pytest.MonkeyPatch,
+    restorer: FakeRestorer,
+    cluster_map: ClusterMap,
+    settle_s: float = 0.0,
 ) -> int:
-    """How often the asker asks for a rebalance in about 20 checks."""
+    """How often the asker asks for a rebalance in about 20 checks, a generation having to
+    hold `settle_s` first."""
     monkeypatch.setattr(rebalance, "_WARMUP_CHECK_S", 0.005)
+    monkeypatch.setattr(rebalance, "_SETTLE_S", settle_s)
+    monkeypatch.setattr(rebalance, "_SETTLE_JITTER_S", 0.0)
     asked: list[None] = []
     asker = RebalanceAsker(
         URL,
@@ -58,6 +64,26 @@ async def test_a_caught_up_warm_up_asks_once_per_generation(
     assert await asked_for(monkeypatch, FakeRestorer(caught_up), warming) == 1
     behind = {tp: PartitionStatus(tp, "t", ReplicaState.STANDBY, 50, 100, 50)}
     assert await asked_for(monkeypatch, FakeRestorer(behind), warming) == 0
+
+
+async def test_no_node_asks_before_its_generation_has_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tp: TopicPartition = ("t", 0)
+    warming = ClusterMap(4, {tp: PartitionOwners("http://other:1", warming=(URL,))})
+    caught_up = {tp: PartitionStatus(tp, "t", ReplicaState.STANDBY, 95, 100, 5)}
+    assert await asked_for(monkeypatch, FakeRestorer(caught_up), warming, settle_s=10.0) == 0
+    assert await asked_for(monkeypatch, FakeRestorer(caught_up), warming, settle_s=0.05) == 1
+
+
+@pytest.mark.parametrize(
+    ("since", "now", "settle_s", "settled"),
+    [(100.0, 100.5, 1.0, False), (100.0, 101.0, 1.0, True), (100.0, 100.0, 0.0, True)],
+)
+def test_a_generation_has_settled_once_it_held_the_settle_time(
+    since: float, now: float, settle_s: float, settled: bool
+) -> None:
+    assert rebalance.has_settled(since, now, settle_s) is settled
 
 
 async def test_a_new_storage_fault_asks_once(monkeypatch: pytest.MonkeyPatch) -> None:
