@@ -39,7 +39,7 @@ from sparkiq.core.mapref import MapReference
 from sparkiq.core.topology import ClusterMap, MemberInfo
 from sparkiq.node.group import assignmentdata
 from sparkiq.node.group.assignment import assign
-from sparkiq.node.group.membership import SparkiqAssignor
+from sparkiq.node.group.assignor import SparkiqAssignor
 
 SIZES = ((20, 300), (60, 3_000), (100, 3_000), (100, 2_000))
 TABLES = 10

@@ -48,7 +48,7 @@ from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import ClusterMap, TopicPartition
 from sparkiq.node.brokercontact import BrokerContact
 from sparkiq.node.freshness import TableFreshness
-from sparkiq.node.group.membership import RebalanceBytes
+from sparkiq.node.group.assignor import RebalanceBytes
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restore.progress import RestoreProgress, fraction_done
 

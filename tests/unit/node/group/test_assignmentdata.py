@@ -16,7 +16,7 @@ from sparkiq.core.mapref import MapReference
 from sparkiq.core.topology import ClusterMap, MemberInfo
 from sparkiq.node.group import assignmentdata
 from sparkiq.node.group.assignment import assign
-from sparkiq.node.group.membership import SparkiqAssignor
+from sparkiq.node.group.assignor import SparkiqAssignor
 
 KAFKA_DEFAULT_MAX_MESSAGE = 1_048_588  # message.max.bytes, Apache Kafka's default
 

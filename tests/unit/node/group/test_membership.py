@@ -309,7 +309,7 @@ class _Cluster:
 def test_unassigned_topics_take_no_share_of_the_actives() -> None:
     from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
-    from sparkiq.node.group.membership import SparkiqAssignor
+    from sparkiq.node.group.assignor import SparkiqAssignor
 
     maps: list[ClusterMap] = []
     assignor = SparkiqAssignor(
