@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.dev.broker import spark_connector_for
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import (
@@ -35,7 +36,9 @@ from sparkiq.dev.pos.generator import (
 )
 from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
 from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.connector import KafkaConnector
 from sparkiq.spark.runner import SCRATCH_DIR
+from sparkiq.spark.session import kafka_connector_jars
 from tests.support.brokers import bootstrap_of
 from tests.support.e2e import read_topic
 
@@ -78,8 +81,18 @@ class PosRun:
         nodes: int = 3,
         pipeline_args: Sequence[str] = (),
         layout: str = pos_pipeline.LAYOUTS[0],
+        connector: KafkaConnector = KafkaConnector.AUTO,
     ) -> None:
         self.bootstrap = bootstrap
+        # `auto` takes Spark's connector where the set-up installed it (the session puts it
+        # on the class path), else sparkiq's: the run says which, and it must be that one.
+        self.connector = (
+            connector
+            if connector is not KafkaConnector.AUTO
+            else KafkaConnector.BUILTIN
+            if kafka_connector_jars()
+            else KafkaConnector.PYTHON
+        )
         self.app = app
         self.topics = {name: f"{app}-{t}" for name, t in pos_pipeline.DEFAULT_TOPICS.items()}
         create_topic(bootstrap, self.topics["source"], 3)
@@ -94,7 +107,13 @@ class PosRun:
                 "table_partitions": "4",
                 "layout": layout,
             },
-            extra_args=["--trigger", "1 second", *pipeline_args],
+            extra_args=[
+                "--trigger",
+                "1 second",
+                "--kafka-connector",
+                connector.value,
+                *pipeline_args,
+            ],
         )
         self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=nodes, app=app)
 
@@ -108,6 +127,9 @@ class PosRun:
         """The pipeline first; the nodes once its queries run (a 2-core machine is small)."""
         self.pipeline.start()
         wait_until(self.pipeline.running, "the queries to start", 600, self.pipeline)
+        assert f"pipeline: Kafka connector {self.connector.value} " in (
+            self.pipeline.log_path.read_text()
+        )
         self.cluster.start()
 
     def wait_caught_up(self, timeout_s: float = 600.0) -> None:
@@ -131,7 +153,13 @@ def pos_run(
 ) -> Iterator[PosRun]:
     """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
     layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
-    run = PosRun(bootstrap_of(request, kind), tmp_path, unique_name("pos"), layout=layout)
+    run = PosRun(
+        bootstrap_of(request, kind),
+        tmp_path,
+        unique_name("pos"),
+        layout=layout,
+        connector=KafkaConnector(spark_connector_for(kind)),
+    )
     try:
         yield run
     finally:
@@ -246,7 +274,8 @@ def counted_dead_letters(run: PosRun) -> int:
 # -- the tests ------------------------------------------------------------------------------
 
 
-# Both layouts on Apache Kafka; one again on the dev broker, for compatibility.
+# Both layouts on Apache Kafka, with Spark's connector where installed; one again on the dev
+# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`).
 RUNS = [(layout, "kafka") for layout in pos_pipeline.LAYOUTS] + [(pos_pipeline.LAYOUTS[0], "dev")]
 
 
