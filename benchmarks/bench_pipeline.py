@@ -34,6 +34,7 @@ Goals (the issue "Spark in production"): throughput >= 0.2 of the reference; fre
     .venv/bin/python benchmarks/bench_pipeline.py [--invoices 60000] [--rate 50] [--seconds 60]
         [--pipeline FILE] [--param NAME=VALUE] [--conf NAME=VALUE] [--trigger '1 second']
         [--bursts 3] [--run-in 300] [--no-throughput] [--no-freshness] [--no-reference-after]
+        [--kafka-connector auto|builtin|python]
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ import orjson
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
-from sparkiq.dev.broker import make_broker
+from sparkiq.dev.broker import make_broker, spark_connector_for
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
@@ -509,6 +510,11 @@ def main() -> None:
         default="kafka",
         help="Apache Kafka (KRaft, one node; the default) or the dev broker",
     )
+    parser.add_argument(
+        "--kafka-connector",
+        choices=["auto", "builtin", "python"],
+        help="the pipeline's (default: auto on Apache Kafka, python on the dev broker)",
+    )
     args = parser.parse_args()
     if args.bursts < 1:
         parser.error("--bursts must be at least 1")
@@ -538,6 +544,8 @@ def main() -> None:
                 str(args.rate_rows),
                 *(arg for param in args.param for arg in ("--param", param)),
                 *(arg for conf in args.conf for arg in ("--conf", conf)),
+                "--kafka-connector",
+                args.kafka_connector or spark_connector_for(args.broker),
             ],
         ).start()
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=3)

@@ -21,8 +21,10 @@ import orjson
 import pytest
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.dev.broker import spark_connector_for
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_one
 from sparkiq.dev.pos.oracle import PosOracle, check_notifications, points_for
+from sparkiq.spark.connector import KafkaConnector
 from sparkiq.spark.runner import SCRATCH_DIR
 from tests.support.brokers import bootstrap_of
 from tests.support.e2e import read_topic
@@ -91,7 +93,13 @@ def pos_run(
 ) -> Iterator[PosRun]:
     """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
     layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
-    run = PosRun(bootstrap_of(request, kind), tmp_path, unique_name("pos"), layout=layout)
+    run = PosRun(
+        bootstrap_of(request, kind),
+        tmp_path,
+        unique_name("pos"),
+        layout=layout,
+        connector=KafkaConnector(spark_connector_for(kind)),
+    )
     try:
         yield run
     finally:
@@ -101,7 +109,8 @@ def pos_run(
 # -- the tests ------------------------------------------------------------------------------
 
 
-# Both layouts on Apache Kafka; one again on the dev broker, for compatibility.
+# Both layouts on Apache Kafka, with Spark's connector where installed; one again on the dev
+# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`).
 RUNS = [(layout, "kafka") for layout in pos_pipeline.LAYOUTS] + [(pos_pipeline.LAYOUTS[0], "dev")]
 
 

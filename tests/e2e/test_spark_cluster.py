@@ -2,15 +2,18 @@
 
 A master and a worker started from pyspark's own launch classes on loopback
 (`tests.support.sparkcluster`); `sparkiq run --master spark://127.0.0.1:PORT` runs
-`sparkiq/dev/pos/pipeline.py` with its tasks on the worker's executor; two serving nodes
-serve its tables, and every key of every table, asked of each node, must equal `PosOracle`
-(the checks of `tests/e2e/test_pos.py`). Then one more invoice: every node's freshness of
-`latest-invoice` (`/v1/tables`, `/metrics`) shows a record written after it was produced,
-and the time since the pipeline's last committed micro-batch.
+`sparkiq/dev/pos/pipeline.py` with its tasks on the worker's executor (reading and writing
+Kafka with Spark's connector where installed: its jars go to the executor as `spark.jars`,
+as users ship them); two serving nodes serve its tables, and every key of every table,
+asked of each node, must equal `PosOracle` (the checks of `tests/e2e/test_pos.py`). Then
+one more invoice: every node's freshness of `latest-invoice` (`/v1/tables`, `/metrics`)
+shows a record written after it was produced, and the time since the pipeline's last
+committed micro-batch.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,8 @@ import pytest
 
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_one
 from sparkiq.dev.pos.oracle import PosOracle
+from sparkiq.spark.connector import KafkaConnector
+from sparkiq.spark.session import kafka_connector_jars
 from tests.support.pos import START_MS, PosRun, seeded_invoices, wait_tables_equal
 from tests.support.sparkcluster import standalone_cluster
 
@@ -56,6 +61,12 @@ def test_pos_pipeline_on_a_standalone_cluster_equals_the_oracle_from_every_node(
         executors = list((tmp_path / "spark" / "work").glob("app-*/*/stderr"))
         assert executors, "no executor ran on the worker"
         assert any("Finished task" in e.read_text(errors="replace") for e in executors)
+        if run.connector is KafkaConnector.BUILTIN:
+            # Spark's Kafka connector reached the executor as users ship it: the driver
+            # serves the jars of `spark.jars`, the executor fetches them.
+            fetched = "".join(e.read_text(errors="replace") for e in executors)
+            for jar in kafka_connector_jars():
+                assert re.search(rf"Fetching spark://\S+/jars/{re.escape(jar.name)}", fetched)
 
 
 def check_freshness(run: PosRun) -> None:

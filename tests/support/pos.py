@@ -21,6 +21,8 @@ from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, store_directory
 from sparkiq.dev.pos.oracle import PosOracle
 from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.connector import KafkaConnector
+from sparkiq.spark.session import kafka_connector_jars
 
 PIPELINE_FILE = Path(pos_pipeline.__file__)
 START_MS = 1_763_000_000_000  # fixed, so windows are the same in every run
@@ -58,9 +60,19 @@ class PosRun:
         pipeline_args: Sequence[str] = (),
         layout: str = pos_pipeline.LAYOUTS[0],
         node_env: Mapping[str, str] | None = None,
+        connector: KafkaConnector = KafkaConnector.AUTO,
     ) -> None:
         """*node_env*: settings of every serving node (e.g. SPARKIQ_STANDBY_REPLICAS)."""
         self.bootstrap = bootstrap
+        # `auto` takes Spark's connector where the set-up installed it (the session puts it
+        # on the class path), else sparkiq's: the run says which, and it must be that one.
+        self.connector = (
+            connector
+            if connector is not KafkaConnector.AUTO
+            else KafkaConnector.BUILTIN
+            if kafka_connector_jars()
+            else KafkaConnector.PYTHON
+        )
         self.app = app
         self.topics = {name: f"{app}-{t}" for name, t in pos_pipeline.DEFAULT_TOPICS.items()}
         create_topic(bootstrap, self.topics["source"], 3)
@@ -75,7 +87,13 @@ class PosRun:
                 "table_partitions": "4",
                 "layout": layout,
             },
-            extra_args=["--trigger", "1 second", *pipeline_args],
+            extra_args=[
+                "--trigger",
+                "1 second",
+                "--kafka-connector",
+                connector.value,
+                *pipeline_args,
+            ],
         )
         self.cluster = LocalCluster(bootstrap, base / "nodes", nodes=nodes, app=app, env=node_env)
 
@@ -89,6 +107,9 @@ class PosRun:
         """The pipeline first; the nodes once its queries run (a 2-core machine is small)."""
         self.pipeline.start()
         wait_until(self.pipeline.running, "the queries to start", 600, self.pipeline)
+        assert f"pipeline: Kafka connector {self.connector.value} " in (
+            self.pipeline.log_path.read_text()
+        )
         self.cluster.start()
 
     def wait_caught_up(self, timeout_s: float = 600.0) -> None:

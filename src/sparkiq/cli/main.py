@@ -106,14 +106,16 @@ def broker(kind: str, brokers: str, data_dir: Path | None, port: int) -> None:
 
 
 @main.command()
-@click.argument("what", type=click.Choice(["kafka"]), default="kafka")
+@click.argument("what", type=click.Choice(["kafka", "spark-kafka"]), default="kafka")
 def install(what: str) -> None:
-    """Install Java libraries sparkiq runs, once: `kafka` is Apache Kafka's jars, resolved
-    from Maven Central with mvn (or PySpark's Ivy where mvn is missing)."""
-    from sparkiq.dev.jars import JAR_SETS, install_jars
+    """Install Java libraries sparkiq runs, once, from Maven Central with mvn (or PySpark's
+    Ivy where mvn is missing): `kafka` is Apache Kafka's jars; `spark-kafka` is Spark's Kafka
+    connector at the installed PySpark's version, which sparkiq's Spark sessions then put
+    on their class path (`--kafka-connector auto` takes it)."""
+    from sparkiq.dev.jars import install_jars, jar_set_named
 
     def run() -> None:
-        jar_set = JAR_SETS[what]
+        jar_set = jar_set_named(what)
         said: list[str] = []
 
         def progress(line: str) -> None:

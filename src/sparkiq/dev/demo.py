@@ -33,7 +33,7 @@ import httpx
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.core.errors import SparkiqError
 from sparkiq.core.statusline import StatusLine
-from sparkiq.dev.broker import make_broker
+from sparkiq.dev.broker import make_broker, spark_connector_for
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
@@ -203,7 +203,12 @@ def _run(
             bootstrap_servers=bootstrap,
             checkpoint_dir=work / "checkpoints",
             log_path=work / "pipeline.log",
-            extra_args=["--trigger", "1 second"],
+            extra_args=[
+                "--trigger",
+                "1 second",
+                "--kafka-connector",
+                spark_connector_for(broker),
+            ],
         )
         cluster = LocalCluster(bootstrap, work / "nodes", nodes=nodes)
         try:

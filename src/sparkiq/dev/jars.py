@@ -1,12 +1,15 @@
-"""Java libraries that sparkiq runs (Apache Kafka), resolved from Maven Central once.
+"""Java libraries that sparkiq runs (Apache Kafka, Spark's Kafka connector), resolved from
+Maven Central once.
 
-A `JarSet` names Maven coordinates; `install_jars` resolves them with their runtime dependencies
-into a directory of its own under the environment (``<sys.prefix>/share/sparkiq/jars``, or
-``$SPARKIQ_JARS_DIR``) and writes a stamp listing the jars, so later runs find them there
-and never resolve again. It resolves with Maven (``mvn``) where it is installed, else with
-the Apache Ivy that every PySpark install carries (``pyspark/jars/ivy-*.jar``): what a user
-of sparkiq has without our machine. Both read Maven Central (Maven through its own settings,
-so a mirror in ``~/.m2/settings.xml`` is honoured).
+A `JarSet` (`sparkiq.core.jarsets`) names Maven coordinates; `install_jars` resolves them
+with their runtime dependencies (less the set's exclusions, and less what PySpark carries
+for a set that runs beside it) into a directory of its own under the environment
+(``<sys.prefix>/share/sparkiq/jars``, or ``$SPARKIQ_JARS_DIR``) and writes a stamp listing
+the jars, so later runs find them there and never resolve again. It resolves with Maven
+(``mvn``) where it is installed, else with the Apache Ivy that every PySpark install
+carries (``pyspark/jars/ivy-*.jar``): what a user of sparkiq has without our machine. Both
+read Maven Central (Maven through its own settings, so a mirror in ``~/.m2/settings.xml``
+is honoured).
 
     JarsError (a BrokerError)   Java or a resolver is missing, or the resolution failed
 """
@@ -18,23 +21,45 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 from sparkiq.core.errors import BrokerError
+from sparkiq.core.jarsets import (
+    KAFKA,
+    KAFKA_VERSION,
+    SPARK_KAFKA,
+    STAMP,
+    JarSet,
+    installed_jars,
+    jars_root,
+    spark_kafka_connector,
+)
 
-KAFKA_VERSION = "4.4.0"
-# Kafka's own distribution logs through log4j2 behind slf4j 1.7 (its libs/ ship this bridge;
-# the Maven artifact leaves the binding to the user).
-_LOG4J_VERSION = "2.25.5"
+__all__ = [
+    "JAR_SET_NAMES",
+    "JAVA_MIN_VERSION",
+    "KAFKA",
+    "KAFKA_VERSION",
+    "JarSet",
+    "JarsError",
+    "Resolver",
+    "install_jars",
+    "installed_jars",
+    "ivy_jar",
+    "jar_artifact",
+    "jar_set_named",
+    "jars_root",
+    "java_executable",
+    "java_version",
+    "pyspark_jars",
+    "spark_kafka_for_pyspark",
+]
+
 JAVA_MIN_VERSION = 17
-
-_STAMP = ".installed"
 
 
 class JarsError(BrokerError):
@@ -49,31 +74,41 @@ class Resolver(enum.Enum):
     IVY = "ivy"
 
 
-@dataclass(frozen=True)
-class JarSet:
-    """A named set of Maven artifacts ("group:artifact:version") resolved together."""
-
-    name: str
-    version: str
-    artifacts: tuple[str, ...]
-    title: str
-
-    @property
-    def dir_name(self) -> str:
-        return f"{self.name}-{self.version}"
+def pyspark_jars() -> Path | None:
+    """The directory of the jars the installed PySpark carries, if PySpark is installed."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    folder = Path(pyspark.__file__).parent / "jars"
+    return folder if folder.is_dir() else None
 
 
-KAFKA = JarSet(
-    name="kafka",
-    version=KAFKA_VERSION,
-    artifacts=(
-        f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
-        f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}",
-    ),
-    title=f"Apache Kafka {KAFKA_VERSION}",
-)
+def spark_kafka_for_pyspark() -> JarSet:
+    """Spark's Kafka connector at the version (and Scala) of the installed PySpark."""
+    folder = pyspark_jars()
+    if folder is None:
+        raise JarsError(
+            "Spark's Kafka connector is installed at the version of PySpark, which is not "
+            "installed: install sparkiq[spark]"
+        )
+    import pyspark
 
-JAR_SETS = {KAFKA.name: KAFKA}
+    core = sorted(folder.glob("spark-core_*.jar"))
+    match = re.match(r"spark-core_(\d+\.\d+)-", core[-1].name) if core else None
+    return spark_kafka_connector(pyspark.__version__, match.group(1) if match else "2.13")
+
+
+def jar_set_named(name: str) -> JarSet:
+    """`KAFKA` for "kafka", the connector of the installed PySpark for "spark-kafka"."""
+    if name == SPARK_KAFKA:
+        return spark_kafka_for_pyspark()
+    if name == KAFKA.name:
+        return KAFKA
+    raise JarsError(f"no jar set {name!r}: {KAFKA.name} or {SPARK_KAFKA}")
+
+
+JAR_SET_NAMES = (KAFKA.name, SPARK_KAFKA)
 
 Progress = Callable[[str], None]
 STILL_EVERY_S = 15.0  # how often a resolution in progress says it still is
@@ -81,24 +116,6 @@ STILL_EVERY_S = 15.0  # how often a resolution in progress says it still is
 
 def _quiet(_: str) -> None:
     pass
-
-
-def jars_root() -> Path:
-    """Where resolved jar sets live: ``$SPARKIQ_JARS_DIR``, else under the environment."""
-    configured = os.environ.get("SPARKIQ_JARS_DIR")
-    if configured:
-        return Path(configured)
-    return Path(sys.prefix) / "share" / "sparkiq" / "jars"
-
-
-def installed_jars(jar_set: JarSet, root: Path | None = None) -> list[Path] | None:
-    """The jars of *jar_set* if it was installed completely, else None."""
-    folder = (root or jars_root()) / jar_set.dir_name
-    stamp = folder / _STAMP
-    if not stamp.is_file():
-        return None
-    jars = [folder / name for name in stamp.read_text().split()]
-    return jars if jars and all(j.is_file() for j in jars) else None
 
 
 def java_executable() -> str:
@@ -172,15 +189,17 @@ def install_jars(
             if ivy is None:
                 raise JarsError(
                     f"{jar_set.title} is not installed and nothing here can fetch it: install "
-                    "Maven (Debian: apt-get install maven) or PySpark (it carries Ivy), or "
-                    "use the dev broker (--broker dev)"
+                    f"Maven (Debian: apt-get install maven) or PySpark (it carries Ivy); "
+                    f"{jar_set.fallback}"
                 )
             progress(f"resolving {jar_set.title} from Maven Central with PySpark's Ivy (once)")
             _resolve_with_ivy(java, ivy, jar_set, work, progress)
+        if jar_set.beside_pyspark:
+            _drop_what_pyspark_carries(work)
         jars = sorted(p.name for p in work.glob("*.jar"))
         if not jars:
             raise JarsError(f"resolving {jar_set.title} gave no jars; see {work}")
-        (work / _STAMP).write_text("\n".join(jars) + "\n")
+        (work / STAMP).write_text("\n".join(jars) + "\n")
         if folder.exists():
             shutil.rmtree(folder)
         work.rename(folder)
@@ -194,12 +213,30 @@ def install_jars(
 
 def ivy_jar() -> Path | None:
     """The Apache Ivy jar inside the installed PySpark, if any."""
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    found = sorted((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
+    folder = pyspark_jars()
+    found = sorted(folder.glob("ivy-*.jar")) if folder is not None else []
     return found[-1] if found else None
+
+
+_JAR_NAME = re.compile(r"(?P<artifact>.+?)-(?P<version>\d[\w.]*)(?:-[A-Za-z][\w.-]*)?\.jar")
+
+
+def jar_artifact(file_name: str) -> str:
+    """The artifact a jar file is of: "kafka-clients" for "kafka-clients-3.9.2.jar"."""
+    match = _JAR_NAME.fullmatch(file_name)
+    return match.group("artifact") if match else file_name
+
+
+def _drop_what_pyspark_carries(folder: Path) -> None:
+    """Remove the jars of *folder* whose artifact PySpark carries (at whatever version):
+    Spark's class path comes first, so they would never be loaded, only shipped."""
+    carried = pyspark_jars()
+    if carried is None:
+        return
+    have = {jar_artifact(j.name) for j in carried.glob("*.jar")}
+    for jar in folder.glob("*.jar"):
+        if jar_artifact(jar.name) in have:
+            jar.unlink()
 
 
 def _coordinates(artifact: str) -> tuple[str, str, str]:
@@ -209,6 +246,13 @@ def _coordinates(artifact: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
+def _group_artifact(name: str) -> tuple[str, str]:
+    parts = name.split(":")
+    if len(parts) != 2 or not all(parts):
+        raise JarsError(f"not a Maven group:artifact: {name!r}")
+    return parts[0], parts[1]
+
+
 def _run(
     command: list[str],
     log: Path,
@@ -216,6 +260,7 @@ def _run(
     timeout_s: float,
     progress: Progress = _quiet,
     every_s: float = STILL_EVERY_S,
+    fallback: str = KAFKA.fallback,
 ) -> None:
     """Run a resolver, its output in `log`; `progress` hears that it is still at work every
     `every_s` (a resolution can take minutes in silence: a plain line, for a terminal or a
@@ -244,14 +289,18 @@ def _run(
         shown = "\n    ".join(tail)
         raise JarsError(
             f"{what} failed (exit {proc.returncode}); is Maven Central reachable? "
-            f"The last lines:\n    {shown}\n(the dev broker needs none of this: --broker dev)"
+            f"The last lines:\n    {shown}\n({fallback})"
         )
 
 
 def _resolve_with_maven(mvn: str, jar_set: JarSet, out: Path, progress: Progress) -> None:
+    exclusions = "".join(
+        f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
+        for g, a in map(_group_artifact, jar_set.excludes)
+    )
     deps = "".join(
         f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
-        f"<version>{escape(v)}</version></dependency>"
+        f"<version>{escape(v)}</version><exclusions>{exclusions}</exclusions></dependency>"
         for g, a, v in map(_coordinates, jar_set.artifacts)
     )
     with tempfile.TemporaryDirectory(prefix="sparkiq-mvn-") as tmp:
@@ -278,13 +327,18 @@ def _resolve_with_maven(mvn: str, jar_set: JarSet, out: Path, progress: Progress
             f"mvn resolving {jar_set.title}",
             timeout_s=900,
             progress=progress,
+            fallback=jar_set.fallback,
         )
 
 
 def _resolve_with_ivy(java: str, ivy: Path, jar_set: JarSet, out: Path, progress: Progress) -> None:
+    exclusions = "".join(
+        f'<exclude org="{escape(g)}" module="{escape(a)}"/>'
+        for g, a in map(_group_artifact, jar_set.excludes)
+    )
     deps = "".join(
         f'<dependency org="{escape(g)}" name="{escape(a)}" rev="{escape(v)}" '
-        'conf="default->default"/>'
+        f'conf="default->default">{exclusions}</dependency>'
         for g, a, v in map(_coordinates, jar_set.artifacts)
     )
     with tempfile.TemporaryDirectory(prefix="sparkiq-ivy-") as tmp:
@@ -310,4 +364,5 @@ def _resolve_with_ivy(java: str, ivy: Path, jar_set: JarSet, out: Path, progress
             f"Ivy resolving {jar_set.title}",
             timeout_s=900,
             progress=progress,
+            fallback=jar_set.fallback,
         )

@@ -1,6 +1,7 @@
 """Kafka for PySpark Structured Streaming on the Python Data Source API: `sparkiq-kafka`.
 
-Spark's own Kafka connector is a JVM jar that cannot be installed here, so sparkiq brings
+Spark's own Kafka connector is a JVM jar from Maven Central (`sparkiq install spark-kafka`;
+`sparkiq.spark.connector` takes it where installed); where it cannot be had, sparkiq brings
 its own, in Python: `KafkaDataSource` ties the streaming source (`source.py`) and the
 streaming and batch sink (`sink.py`) to one format name, and `local_session` builds a
 loopback-only SparkSession with it registered.

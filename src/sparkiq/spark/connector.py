@@ -1,8 +1,10 @@
 """Which Kafka connector a pipeline reads and writes with: Spark's built-in one, or sparkiq's.
 
-Spark's Kafka connector (``spark-sql-kafka-0-10``, format ``kafka``) is a JVM package a
-cluster adds with ``spark-submit --packages`` (or ``sparkiq run --packages``): it reads and
-writes without Python workers and is what Spark's faster trigger modes need. sparkiq's own
+Spark's Kafka connector (``spark-sql-kafka-0-10``, format ``kafka``) is a JVM package: the
+set-up installs it at PySpark's version (``sparkiq install spark-kafka``) and sparkiq's
+sessions put it on their class path (`sparkiq.spark.session`); a cluster can add it with
+``spark-submit --packages`` (or ``sparkiq run --packages``). It reads and writes without
+Python workers and is what Spark's faster trigger modes need. sparkiq's own
 source and sink (format ``sparkiq-kafka``, on the Python Data Source API) need nothing
 installed. `choose_connector` picks one for a session: ``auto`` takes the built-in connector
 when its classes are on the JVM's classpath (asked through py4j, without loading anything),

@@ -5,7 +5,9 @@ bind address and the UI are pinned here rather than left to each caller; under s
 (which starts the JVM and sets PYSPARK_GATEWAY_PORT) the driver's address and the master are
 spark-submit's. Python workers run
 the interpreter that runs the driver, so the Kafka source and sink import the same sparkiq
-and confluent-kafka as the driver does.
+and confluent-kafka as the driver does. Spark's own Kafka connector, where `sparkiq install
+spark-kafka` installed it for this PySpark, goes on the session's class path (``spark.jars``,
+which Spark also ships to a cluster's executors), so ``--kafka-connector auto`` takes it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sparkiq.core.jarsets import installed_jars, spark_kafka_connector
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -120,6 +125,20 @@ def register_data_sources(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
+def kafka_connector_jars() -> list[Path]:
+    """The jars of Spark's Kafka connector for the running PySpark, where `sparkiq install
+    spark-kafka` installed them (none otherwise: sparkiq's Python connector remains)."""
+    import pyspark
+
+    return installed_jars(spark_kafka_connector(pyspark.__version__)) or []
+
+
+def _with_jars(settings: dict[str, str], jars: list[Path]) -> None:
+    """Add *jars* to ``spark.jars`` in *settings*, after any the caller put there."""
+    given = [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join(given + [str(j) for j in jars if str(j) not in given])
+
+
 def default_local_master() -> str:
     """The master of a pipeline run without one: local mode with twice as many task slots as
     the machine has cores.
@@ -149,6 +168,10 @@ def local_session(
 
     `shuffle_partitions` is small by default: on a 2-core machine each extra shuffle partition
     of a stateful query costs a state store task per micro-batch.
+
+    The installed Kafka connector's jars (`kafka_connector_jars`) join ``spark.jars``, unless
+    spark-submit started the JVM: its class path is set by then, by its own ``--jars`` or
+    ``--packages``.
     """
     from pyspark.sql import SparkSession
 
@@ -160,6 +183,9 @@ def local_session(
             settings.pop(name)
     settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     settings.update(conf or {})
+    connector = [] if under_submit else kafka_connector_jars()
+    if connector:
+        _with_jars(settings, connector)
     if "spark.local.dir" not in settings:
         settings["spark.local.dir"] = _private_local_dir()
     # Python workers (and the planner processes of Python data sources) are started with

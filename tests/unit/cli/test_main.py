@@ -152,6 +152,27 @@ def test_install_says_where_the_jars_are() -> None:
     assert re.search(r"Apache Kafka 4\.4\.0: \d+ jars in \S+kafka-4\.4\.0", result.output)
 
 
+def test_install_spark_kafka_installs_the_connector_of_the_installed_pyspark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyspark
+
+    monkeypatch.setenv("SPARKIQ_JARS_DIR", str(tmp_path))
+    result = CliRunner().invoke(main, ["install", "spark-kafka"])
+    assert result.exit_code == 0, result.output
+    version = re.escape(pyspark.__version__)
+    assert re.search(
+        rf"Kafka connector {version}: 4 jars in \S+spark-kafka-{version}", result.output
+    )
+    folder = tmp_path / f"spark-kafka-{pyspark.__version__}"
+    assert sorted(j.name.rsplit("-", 1)[0] for j in folder.glob("*.jar")) == [
+        "commons-pool2",
+        "kafka-clients",
+        "spark-sql-kafka-0-10_2.13",
+        "spark-token-provider-kafka-0-10_2.13",
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "env", "said"),
     [

@@ -17,6 +17,8 @@ from sparkiq.dev.jars import (
     _run,
     install_jars,
     installed_jars,
+    jar_artifact,
+    jar_set_named,
     jars_root,
     java_executable,
 )
@@ -104,3 +106,49 @@ def test_a_resolution_past_its_time_is_stopped_and_said(tmp_path: Path) -> None:
     with pytest.raises(JarsError, match="took over 1s"):
         _run(hang, tmp_path / "out.log", "mvn resolving x", 1, every_s=0.3)
     assert time.monotonic() - began < 10
+
+
+@pytest.mark.parametrize("resolver", [Resolver.MAVEN, Resolver.IVY])
+def test_excluded_dependencies_are_left_out(tmp_path: Path, resolver: Resolver) -> None:
+    alone = JarSet(
+        name="alone",
+        version="1",
+        artifacts=SMALL.artifacts,
+        title="slf4j-simple alone",
+        excludes=("org.slf4j:slf4j-api",),
+    )
+    jars = install_jars(alone, root=tmp_path, resolver=resolver)
+    assert [j.name for j in jars] == ["slf4j-simple-1.7.36.jar"]
+
+
+def test_a_set_beside_pyspark_drops_what_pyspark_carries(tmp_path: Path) -> None:
+    # PySpark carries slf4j-api (another version): only slf4j-simple is left.
+    beside = JarSet("beside", "1", SMALL.artifacts, "slf4j-simple", beside_pyspark=True)
+    jars = install_jars(beside, root=tmp_path, resolver=Resolver.IVY)
+    assert [j.name for j in jars] == ["slf4j-simple-1.7.36.jar"]
+
+
+def test_a_jar_file_names_its_artifact() -> None:
+    assert jar_artifact("kafka-clients-3.9.2.jar") == "kafka-clients"
+    assert jar_artifact("spark-sql-kafka-0-10_2.13-4.2.0.jar") == "spark-sql-kafka-0-10_2.13"
+    assert jar_artifact("scala-parallel-collections_2.13-1.2.0.jar") == (
+        "scala-parallel-collections_2.13"
+    )
+    assert jar_artifact("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar") == (
+        "netty-transport-native-epoll"
+    )
+
+
+def test_the_spark_kafka_set_is_the_connector_at_pysparks_version() -> None:
+    import pyspark
+
+    jar_set = jar_set_named("spark-kafka")
+    assert jar_set.dir_name == f"spark-kafka-{pyspark.__version__}"
+    assert jar_set.artifacts == (
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}",
+    )
+    assert "org.apache.spark:spark-sql_2.13" in jar_set.excludes
+    assert jar_set.beside_pyspark
+    assert jar_set_named("kafka") is KAFKA
+    with pytest.raises(JarsError, match="no jar set"):
+        jar_set_named("flink")

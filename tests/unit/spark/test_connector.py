@@ -1,14 +1,16 @@
 """The Kafka connector choice: built-in where its classes are on the classpath, else sparkiq's.
 
-Spark's Kafka connector is not installed here (its jar comes from Maven), so these tests run
-what can run without it: the classpath check against the real JVM, the error for
-``builtin``, the columns of sparkiq's source against Spark's Kafka source schema, the
-options each connector gets, and the JVM's murmur2 partition column the built-in sink writes
-windowed changelogs with. Nothing stands in for the connector.
+The set-up installs Spark's Kafka connector (`sparkiq install spark-kafka`), and the tests'
+session has it on its class path: the classpath check and ``auto`` find it, both connectors
+give the columns of Spark's Kafka source, and its sink places keyed records, windowed ones
+too, where sparkiq's nodes look for them (murmur2). A session without it (a process whose
+``SPARKIQ_JARS_DIR`` holds no connector) falls back to sparkiq's, and ``builtin`` there
+stops naming the package. Nothing stands in for the connector.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -16,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import AnalysisException
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -30,12 +31,13 @@ from pyspark.sql.types import (
 
 from sparkiq.cli.main import KAFKA_CONNECTORS
 from sparkiq.core.errors import ConfigError
+from sparkiq.core.jarsets import installed_jars, spark_kafka_connector
 from sparkiq.core.partitioner import partition_for
+from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.security import KafkaSecurity
 from sparkiq.spark.connector import (
     BUILTIN_PROVIDER,
     KAFKA_COLUMNS,
-    ConnectorMissingError,
     KafkaConnector,
     choose_connector,
     class_on_classpath,
@@ -43,10 +45,13 @@ from sparkiq.spark.connector import (
     sink_options,
     source_options,
 )
+from sparkiq.spark.kafkawrite import write_kafka_once
 from sparkiq.spark.materialize import with_key_part_partition, with_window_partitions
 from sparkiq.spark.murmur2col import murmur2_partition
 from sparkiq.spark.pipeline import PipelineContext
 from sparkiq.spark.runner import RunSettings, spark_conf
+from sparkiq.spark.session import kafka_connector_jars
+from tests.support.spark import read_topic
 
 pytest_plugins = ["tests.support.spark"]
 
@@ -83,32 +88,97 @@ def _scala_binary_version() -> str:
 # -- the choice, against the real JVM -----------------------------------------------------
 
 
+needs_connector = pytest.mark.skipif(
+    not kafka_connector_jars(),
+    reason="Spark's Kafka connector is not installed (`sparkiq install spark-kafka`)",
+)
+
+
 @pytest.mark.spark
-def test_the_classpath_check_sees_what_the_jvm_can_load(spark: Any) -> None:
+@needs_connector
+def test_the_installed_connector_is_on_the_sessions_classpath(spark: Any) -> None:
     assert class_on_classpath(spark, "org.apache.spark.sql.SparkSession")
-    assert not class_on_classpath(spark, BUILTIN_PROVIDER)
-    # Spark itself agrees: its `kafka` format is missing too.
-    with pytest.raises(AnalysisException, match="KAFKA_DATA_SOURCE_NOT_ENABLED"):
-        spark.readStream.format("kafka").option("subscribe", "t").load()
+    assert class_on_classpath(spark, BUILTIN_PROVIDER)
+    assert not class_on_classpath(spark, "org.sparkiq.NoSuchClass")
+    jars = spark.conf.get("spark.jars").split(",")
+    assert sorted(jars) == sorted(str(j) for j in kafka_connector_jars())
+    assert any("spark-sql-kafka-0-10_" in j for j in jars)
 
 
 @pytest.mark.spark
-def test_auto_and_python_choose_sparkiqs_connector_without_the_builtin_one(spark: Any) -> None:
-    assert choose_connector(spark, KafkaConnector.AUTO) is KafkaConnector.PYTHON
+@needs_connector
+def test_auto_chooses_the_builtin_connector_where_installed(spark: Any) -> None:
+    assert choose_connector(spark, KafkaConnector.AUTO) is KafkaConnector.BUILTIN
+    assert choose_connector(spark, KafkaConnector.BUILTIN) is KafkaConnector.BUILTIN
     assert choose_connector(spark, KafkaConnector.PYTHON) is KafkaConnector.PYTHON
 
 
-@pytest.mark.spark
-def test_builtin_without_the_connector_names_the_package_for_this_spark(spark: Any) -> None:
-    package = f"org.apache.spark:spark-sql-kafka-0-10_{_scala_binary_version()}:{spark.version}"
-    with pytest.raises(ConnectorMissingError) as caught:
-        choose_connector(spark, KafkaConnector.BUILTIN)
-    assert f"--packages {package}" in str(caught.value)
-    assert BUILTIN_PROVIDER in str(caught.value)
+def test_the_connector_installed_is_the_one_of_the_installed_pyspark() -> None:
+    import pyspark
+
+    jar_set = spark_kafka_connector(pyspark.__version__, _scala_binary_version())
+    assert jar_set.artifacts == (
+        f"org.apache.spark:spark-sql-kafka-0-10_{_scala_binary_version()}:{pyspark.__version__}",
+    )
+    assert installed_jars(jar_set) == (kafka_connector_jars() or None)
+
+
+# A session without the connector: its own process, whose jars directory holds none.
+_WITHOUT_CONNECTOR = """
+from pyspark.errors import AnalysisException
+from sparkiq.spark.connector import (
+    BUILTIN_PROVIDER, ConnectorMissingError, KafkaConnector, choose_connector,
+    class_on_classpath,
+)
+from sparkiq.spark.session import local_session
+
+spark = local_session("no-connector", master="local[1]")
+assert not spark.conf.get("spark.jars", "")
+assert class_on_classpath(spark, "org.apache.spark.sql.SparkSession")
+assert not class_on_classpath(spark, BUILTIN_PROVIDER)
+assert choose_connector(spark, KafkaConnector.AUTO) is KafkaConnector.PYTHON
+assert choose_connector(spark, KafkaConnector.PYTHON) is KafkaConnector.PYTHON
+try:
+    choose_connector(spark, KafkaConnector.BUILTIN)
+except ConnectorMissingError as e:
+    print("MISSING", e)
+try:  # Spark itself agrees: its `kafka` format is missing too.
+    spark.readStream.format("kafka").option("subscribe", "t").load()
+except AnalysisException as e:
+    print("SPARK", e.getCondition(), e)
+spark.stop()
+"""
 
 
 @pytest.mark.spark
-def test_the_context_reads_the_same_columns_as_sparks_kafka_source(
+def test_without_the_connector_auto_falls_back_and_builtin_names_the_package(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "SPARKIQ_JARS_DIR": str(tmp_path / "no-jars")}
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_CONNECTOR],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    import pyspark
+
+    package = (
+        f"org.apache.spark:spark-sql-kafka-0-10_{_scala_binary_version()}:{pyspark.__version__}"
+    )
+    missing = next(line for line in done.stdout.splitlines() if line.startswith("MISSING"))
+    assert f"--packages {package}" in missing
+    assert BUILTIN_PROVIDER in missing
+    spark_says = next(line for line in done.stdout.splitlines() if line.startswith("SPARK"))
+    assert "data source: kafka" in spark_says
+
+
+@pytest.mark.spark
+@needs_connector
+def test_both_connectors_read_the_columns_of_sparks_kafka_source(
     spark: Any, tmp_path: Path
 ) -> None:
     def context(connector: KafkaConnector) -> PipelineContext:
@@ -119,12 +189,10 @@ def test_the_context_reads_the_same_columns_as_sparks_kafka_source(
             kafka_connector=connector,
         )
 
-    df = context(KafkaConnector.PYTHON).read("t")
-    assert df.schema == SPARK_KAFKA_SCHEMA
-    assert tuple(df.columns) == KAFKA_COLUMNS
-    # The built-in connector is asked for by its format name; Spark has no such format here.
-    with pytest.raises(AnalysisException, match="KAFKA_DATA_SOURCE_NOT_ENABLED"):
-        context(KafkaConnector.BUILTIN).read("t")
+    for connector in (KafkaConnector.PYTHON, KafkaConnector.BUILTIN):
+        df = context(connector).read("t")
+        assert df.schema == SPARK_KAFKA_SCHEMA, connector
+        assert tuple(df.columns) == KAFKA_COLUMNS
 
 
 def test_the_command_line_offers_every_connector() -> None:
@@ -135,6 +203,7 @@ def test_the_command_line_offers_every_connector() -> None:
 def test_sparkiq_run_builtin_without_the_connector_fails_at_start_naming_it(
     tmp_path: Path, bootstrap: str
 ) -> None:
+    env = {**os.environ, "SPARKIQ_JARS_DIR": str(tmp_path / "no-jars")}
     pipeline = tmp_path / "p.py"
     pipeline.write_text("def pipeline(ctx):\n    raise AssertionError('not reached')\n")
     args = ["run", str(pipeline), "--bootstrap-servers", bootstrap]
@@ -145,6 +214,7 @@ def test_sparkiq_run_builtin_without_the_connector_fails_at_start_naming_it(
         text=True,
         timeout=300,
         check=False,
+        env=env,
     )
     assert done.returncode != 0
     assert "not reached" not in done.stdout + done.stderr
@@ -308,4 +378,28 @@ def test_only_the_windowed_topics_records_get_their_key_parts_partition(spark: A
         key: partition_for(key[:-8], 6)
         for key, topic, p in rows
         if topic == "windows" and p is None
+    }
+
+
+@pytest.mark.spark
+@needs_connector
+def test_the_builtin_sink_places_keys_where_nodes_look_for_them(spark: Any, bootstrap: str) -> None:
+    """Plain keys by Kafka's producer (its default partitioner: murmur2 of the key bytes),
+    windowed ones by the partition column of their key part: `partition_for` either way."""
+    topic = f"builtin-placement-{random.randrange(1 << 30)}"
+    create_topic(bootstrap, topic, 6)
+    start = (1_763_000_000_000).to_bytes(8, "big")
+    plain = [f"card-{i}".encode() for i in range(60)]
+    windowed = [f"store-{i}".encode() + start for i in range(60)]
+    sink = sink_options(KafkaConnector.BUILTIN, bootstrap_servers=bootstrap, topic=topic)
+    write_kafka_once(
+        spark.createDataFrame([(k, b"p") for k in plain], "key binary, value binary"), sink
+    )
+    records = spark.createDataFrame([(k, b"w") for k in windowed], "key binary, value binary")
+    write_kafka_once(with_key_part_partition(records, 6), sink)
+    placed = {
+        (bytes(m.key() or b""), m.value()): m.partition() for m in read_topic(bootstrap, topic, 6)
+    }
+    assert placed == {(k, b"p"): partition_for(k, 6) for k in plain} | {
+        (k, b"w"): partition_for(k[:-8], 6) for k in windowed
     }

@@ -1,5 +1,6 @@
 """The local session's settings: two task slots per core by default; checkpoints on the local
-file system written without forks; Spark's falling-behind warnings quiet."""
+file system written without forks; Spark's falling-behind warnings quiet; the installed Kafka
+connector's jars after the caller's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sparkiq.spark.connector import class_on_classpath
 from sparkiq.spark.session import (
     _FALLING_BEHIND_LOGGERS,
     CHECKPOINT_FILE_MANAGER_CONF,
+    _with_jars,
     default_local_master,
     quiet_falling_behind,
     use_local_checkpoint_files,
@@ -73,3 +75,12 @@ def test_falling_behind_warnings_are_quiet_for_the_executor_spark_has(spark: Any
     for name in present:
         level = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
         assert level.toString() == "ERROR"
+
+
+def test_the_connectors_jars_join_the_jars_the_caller_gave() -> None:
+    settings = {"spark.jars": "/mine/a.jar"}
+    _with_jars(settings, [Path("/c/k.jar"), Path("/mine/a.jar")])
+    assert settings["spark.jars"] == "/mine/a.jar,/c/k.jar"
+    empty: dict[str, str] = {}
+    _with_jars(empty, [Path("/c/k.jar")])
+    assert empty == {"spark.jars": "/c/k.jar"}
