@@ -14,12 +14,12 @@ The encoding is exact: `decode_map(encode_map(m)) == m`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
 from sparkiq.core.topology import ClusterMap, PartitionOwners, TopicPartition
+from sparkiq.core.tpruns import Numbering, from_value_run, value_run
 
 MAP_ENCODING_VERSION = 2
 
@@ -34,8 +34,8 @@ class MapEncodingError(ValueError):
 
 def encode_map(cluster_map: ClusterMap) -> bytes:
     """*cluster_map* in the compact encoding (zlib-compressed JSON, see the module doc)."""
-    urls = _Table()
-    topics = _Table()
+    urls = Numbering()
+    topics = Numbering()
     by_topic: dict[str, list[tuple[int, PartitionOwners]]] = {}
     for (topic, p), owners in sorted(cluster_map.owners.items()):
         by_topic.setdefault(topic, []).append((p, owners))
@@ -56,14 +56,15 @@ def encode_map(cluster_map: ClusterMap) -> bytes:
             entry["w"] = [[urls.index(u) for u in o.warming] for _, o in rows]
         out_topics.append(entry)
     nodes = [
-        [urls.index(url), _runs(topics, lags.items())] for url, lags in cluster_map.nodes.items()
+        [urls.index(url), value_run(topics, lags.items())]
+        for url, lags in cluster_map.nodes.items()
     ]
     doc = {
         "v": MAP_ENCODING_VERSION,
         "g": cluster_map.generation,
         "topics": out_topics,
         "nodes": nodes,
-        "misplaced": _runs(topics, cluster_map.misplaced.items()),
+        "misplaced": value_run(topics, cluster_map.misplaced.items()),
         "refused": dict(cluster_map.refused),
         # Last: every table above may have added to them.
         "urls": urls.items,
@@ -97,38 +98,11 @@ def decode_map(data: bytes) -> ClusterMap:
         return ClusterMap(
             generation=int(raw["g"]),
             owners=owners,
-            nodes={urls[int(u)]: _from_runs(names, run) for u, run in raw["nodes"]},
-            misplaced=_from_runs(names, raw["misplaced"]),
+            nodes={urls[int(u)]: from_value_run(names, run) for u, run in raw["nodes"]},
+            misplaced=from_value_run(names, raw["misplaced"]),
             refused={str(k): str(v) for k, v in raw["refused"].items()},
         )
     except MapEncodingError:
         raise
     except (zlib.error, orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
         raise MapEncodingError(f"not a cluster map in encoding 2: {exc!r}") from exc
-
-
-class _Table:
-    """Strings numbered in order of first use."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def index(self, item: str) -> int:
-        found = self._index.get(item)
-        if found is None:
-            found = self._index[item] = len(self.items)
-            self.items.append(item)
-        return found
-
-
-def _runs(topics: _Table, values: Iterable[tuple[TopicPartition, int]]) -> list[int]:
-    """``[topic index, partition, value, ...]`` in partition order."""
-    out: list[int] = []
-    for (topic, p), value in sorted(values):
-        out.extend((topics.index(topic), p, value))
-    return out
-
-
-def _from_runs(names: list[str], run: list[int]) -> Mapping[TopicPartition, int]:
-    return {(names[run[i]], int(run[i + 1])): int(run[i + 2]) for i in range(0, len(run), 3)}

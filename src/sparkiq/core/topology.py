@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from sparkiq.core.queries import ReplicaRole
+from sparkiq.core.tpruns import Numbering, from_pair_run, from_value_run, pair_run, value_run
 
 TopicPartition = tuple[str, int]
 
@@ -78,28 +79,18 @@ class MemberInfo:
         )
 
     def _compact_bytes(self) -> bytes:
-        topics: dict[str, int] = {}
-
-        def index(topic: str) -> int:
-            return topics.setdefault(topic, len(topics))
-
-        def pairs(tps: frozenset[TopicPartition]) -> list[int]:
-            return [n for topic, p in sorted(tps) for n in (index(topic), p)]
-
-        def triples(values: Mapping[TopicPartition, int]) -> list[int]:
-            return [n for (topic, p), v in sorted(values.items()) for n in (index(topic), p, v)]
-
+        topics = Numbering()
         doc: dict[str, Any] = {
             "v": self.protocol,
             "url": self.url,
             "instance": self.instance,
             "started_ms": self.started_ms,
-            "a": pairs(self.actives),
-            "s": pairs(self.standbys),
-            "l": triples(self.lags),
-            "m": triples(self.misplaced),
+            "a": pair_run(topics, self.actives),
+            "s": pair_run(topics, self.standbys),
+            "l": value_run(topics, self.lags.items()),
+            "m": value_run(topics, self.misplaced.items()),
         }
-        doc["topics"] = list(topics)  # last: the runs above name them
+        doc["topics"] = topics.items  # last: the runs above name them
         return orjson.dumps(doc)
 
     @classmethod
@@ -121,21 +112,12 @@ class MemberInfo:
     @classmethod
     def _from_compact(cls, raw: Any) -> MemberInfo:
         names = [str(t) for t in raw["topics"]]
-
-        def pairs(run: list[int]) -> frozenset[TopicPartition]:
-            return frozenset((names[run[i]], int(run[i + 1])) for i in range(0, len(run), 2))
-
-        def triples(run: list[int]) -> dict[TopicPartition, int]:
-            return {
-                (names[run[i]], int(run[i + 1])): int(run[i + 2]) for i in range(0, len(run), 3)
-            }
-
         return cls(
             url=str(raw["url"]),
-            actives=pairs(raw["a"]),
-            standbys=pairs(raw["s"]),
-            lags=triples(raw["l"]),
-            misplaced=triples(raw["m"]),
+            actives=from_pair_run(names, raw["a"]),
+            standbys=from_pair_run(names, raw["s"]),
+            lags=from_value_run(names, raw["l"]),
+            misplaced=from_value_run(names, raw["m"]),
             instance=str(raw.get("instance", "")),
             started_ms=int(raw.get("started_ms", 0)),
             protocol=int(raw["v"]),
