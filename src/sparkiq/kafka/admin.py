@@ -13,17 +13,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
-from sparkiq.core.errors import AccessDeniedError, KafkaError, TopicNotFoundError
+from sparkiq.core.errors import KafkaError, TopicNotFoundError
 from sparkiq.kafka.clientlog import LOG_CONF
-from sparkiq.kafka.rights import (
-    DENIED_CODE,
-    Need,
-    Operation,
-    Refusal,
-    Resource,
-    principal_of,
-    refusal_message,
-)
+from sparkiq.kafka.rights import DENIED_CODE, Need, Operation, Resource, denied
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
 
@@ -107,14 +99,14 @@ def create_topic(
         request_timeout=timeout_s,
     )
     failure: str | None = None
-    denied: str | None = None
+    refused: str | None = None
     for topic, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
             err = exc.args[0]
             if err.name() == DENIED_CODE[Resource.TOPIC]:
-                denied = topic
+                refused = topic
             elif not (exist_ok and err.name() == "TOPIC_ALREADY_EXISTS"):
                 failure = f"cannot create topic {topic!r}: {err.str()}"
                 if err.code() in (CKafkaError._TIMED_OUT, CKafkaError._TRANSPORT):
@@ -122,9 +114,9 @@ def create_topic(
     # The futures hold the admin client in a reference cycle through their exception;
     # drop them now so the client closes at once rather than at the next collection.
     del futures
-    if denied is not None:
-        refusal = Refusal(Need(Resource.TOPIC, denied, Operation.CREATE), principal_of(security))
-        raise AccessDeniedError(refusal_message([refusal], bootstrap_servers, "create a topic"))
+    if refused is not None:
+        need = Need(Resource.TOPIC, refused, Operation.CREATE)
+        raise denied([need], security, bootstrap_servers, "create a topic")
     if failure is not None:
         raise KafkaError(failure)
     wait_for_topic(bootstrap_servers, name, timeout_s=timeout_s, security=security)
@@ -184,8 +176,8 @@ def _partitions_in(md: Any, topic: str, where: str, security: KafkaSecurity = PL
         and info.error is not None
         and info.error.name() == DENIED_CODE[Resource.TOPIC]
     ):
-        refusal = Refusal(Need(Resource.TOPIC, topic, Operation.DESCRIBE), principal_of(security))
-        raise AccessDeniedError(refusal_message([refusal], where, f"read topic {topic!r}"))
+        need = Need(Resource.TOPIC, topic, Operation.DESCRIBE)
+        raise denied([need], security, where, f"read topic {topic!r}")
     if info is None or info.error is not None or not info.partitions:
         raise TopicNotFoundError(f"topic {topic!r} does not exist on {where}; create it first")
     return len(info.partitions)

@@ -1,9 +1,9 @@
 """The Kafka rights (ACLs) sparkiq needs and the message that names one the brokers refuse.
 
 `Need` is one right sparkiq needs and why; `Refusal` one that the brokers do not grant;
-`refusal_message` is the text of the error (`AccessDeniedError`) that names each principal,
-operation, topic or group, Kafka's error code and how to grant it. Pure: the asking is
-`sparkiq.kafka.access`.
+`refusal_message` is the text of the error (`AccessDeniedError`, made by `denied`) that
+names each principal, operation, topic or group, Kafka's error code and how to grant it.
+Pure: the asking is `sparkiq.kafka.access`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sparkiq.core.errors import AccessDeniedError
 from sparkiq.kafka.security import KafkaSecurity
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Operation",
     "Refusal",
     "Resource",
+    "denied",
     "principal_of",
     "refusal_message",
 ]
@@ -107,3 +109,13 @@ def refusal_message(refusals: Sequence[Refusal], bootstrap: str, doing: str) -> 
         text += "; also " + "; ".join(r.describe() for r in rest)
     grants = "; ".join(dict.fromkeys(r.grant(bootstrap) for r in refusals))
     return f"{text}. Ask a Kafka admin to grant {'them' if rest else 'it'}: {grants}"
+
+
+def denied(
+    needs: Sequence[Need], security: KafkaSecurity, bootstrap: str, doing: str
+) -> AccessDeniedError:
+    """The error for *needs* the brokers refused the principal of *security* while *doing*."""
+    principal = principal_of(security)
+    return AccessDeniedError(
+        refusal_message([Refusal(n, principal) for n in needs], bootstrap, doing)
+    )

@@ -48,7 +48,7 @@ from sparkiq.core.errors import AccessDeniedError, ConfigError, KafkaError
 from sparkiq.core.mapcodec import MapEncodingError, decode_map
 from sparkiq.core.mapref import MapExchange, MapReference
 from sparkiq.core.topology import ClusterMap, MemberInfo
-from sparkiq.kafka.rights import Need, Operation, Refusal, Resource, principal_of, refusal_message
+from sparkiq.kafka.rights import Need, Operation, Resource, denied
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.node.group.assignor import RebalanceBytes, SparkiqAssignor
 
@@ -236,7 +236,7 @@ class GroupMember:
             elif isinstance(exc, KeyError) and mechanism.startswith("SCRAM"):
                 reason = f"the broker refused the {mechanism} login"
             elif isinstance(exc, GroupAuthorizationFailedError | TopicAuthorizationFailedError):
-                raise AccessDeniedError(self._refusal(exc)) from exc
+                raise self._refusal(exc) from exc
             elif isinstance(exc, InvalidSessionTimeoutError):
                 raise KafkaError(
                     f"the brokers of {self._bootstrap} refuse a session timeout of "
@@ -252,9 +252,10 @@ class GroupMember:
             ) from exc
         self._poll_task = asyncio.create_task(self._keep_polling(consumer))
 
-    def _refusal(self, exc: GroupAuthorizationFailedError | TopicAuthorizationFailedError) -> str:
-        """The message for a join the brokers refused: the group or the topics it names."""
-        principal = principal_of(self._security)
+    def _refusal(
+        self, exc: GroupAuthorizationFailedError | TopicAuthorizationFailedError
+    ) -> AccessDeniedError:
+        """The error for a join the brokers refused: the group or the topics it names."""
         if isinstance(exc, GroupAuthorizationFailedError):
             needs = [Need(Resource.GROUP, self._group_id, Operation.READ, "join it")]
         else:
@@ -263,8 +264,7 @@ class GroupMember:
                 Need(Resource.TOPIC, t, Operation.READ, "follow it in the group")
                 for t in named or sorted(self._topics)
             ]
-        refusals = [Refusal(n, principal) for n in needs]
-        return refusal_message(refusals, self._bootstrap, f"join group {self._group_id!r}")
+        return denied(needs, self._security, self._bootstrap, f"join group {self._group_id!r}")
 
     async def _leave(self) -> None:
         self._cancel_fetch()
