@@ -148,7 +148,7 @@ def serve(**options: Any) -> None:
     from pydantic import ValidationError
 
     from sparkiq.cli.serving import run_node
-    from sparkiq.http.settings import raise_open_file_limit
+    from sparkiq.core.openfiles import raise_open_file_limit
 
     options["kafka_config"] = kafka_security(
         options.pop("kafka_config"), options.pop("kafka_properties")

@@ -13,7 +13,6 @@ leaves once a reserve is kept for everything else the node opens (`default_max_c
 
 from __future__ import annotations
 
-import resource
 from typing import Any
 
 from pydantic import (
@@ -26,6 +25,7 @@ from pydantic import (
 )
 
 from sparkiq.core.errors import ConfigError
+from sparkiq.core.openfiles import UNLIMITED_FILES, open_file_limit
 
 # Internal query parameter of a read forwarded to a standby after its active failed: answer
 # from this node's own replica if it is at most this many offsets behind, else 503 at once.
@@ -215,8 +215,6 @@ FD_RESERVE_MIN = 256
 # A connection limit never set below this, however low the open-file limit (a node that
 # cannot hold this many has to have its limit raised: ulimit -n, LimitNOFILE=).
 MIN_CONNECTIONS = 128
-# RLIM_INFINITY is taken as Linux's default ceiling on open files (fs.nr_open).
-_UNLIMITED_FILES = 1 << 20
 
 
 def default_max_connections(open_files: int, backlog: int = 1024) -> int:
@@ -229,28 +227,10 @@ def default_max_connections(open_files: int, backlog: int = 1024) -> int:
     connections can hold a descriptor beyond the limit for a moment. At least
     `MIN_CONNECTIONS`. E.g. 65,536 open files -> 48,128 connections; 1,024 -> 128.
     """
-    if open_files < 0 or open_files > _UNLIMITED_FILES:
-        open_files = _UNLIMITED_FILES
+    if open_files < 0 or open_files > UNLIMITED_FILES:
+        open_files = UNLIMITED_FILES
     reserve = max(FD_RESERVE_MIN, open_files // 4)
     return max(MIN_CONNECTIONS, open_files - reserve - backlog)
-
-
-def open_file_limit() -> int:
-    """This process's open-file limit (RLIMIT_NOFILE's soft limit; -1: unlimited)."""
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def raise_open_file_limit() -> int:
-    """Raise this process's open-file soft limit to its hard limit, as far as the system
-    lets it; the soft limit now. (Go programs and the JVM do the same at start.)"""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if 0 <= hard <= _UNLIMITED_FILES else _UNLIMITED_FILES
-    if 0 <= soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            return soft  # e.g. macOS, whose unlimited hard limit is not one setrlimit takes
-    return open_file_limit()
 
 
 def connection_limit(max_connections: int | None, backlog: int) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkiq.core.openfiles import raise_open_file_limit
 from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
@@ -33,7 +34,6 @@ from sparkiq.node.freshness import TableFreshness, table_freshness
 from sparkiq.node.group.membership import GroupMember
 from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
-from sparkiq.node.openfiles import raise_open_files_limit
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
 from sparkiq.node.stores.registry import StoreRegistry
@@ -345,7 +345,7 @@ class Node(Watching):
         """Read the catalog, start restoring and join the group; returns once joined."""
         self._loop = asyncio.get_running_loop()
         self.changes.bind(self._loop)
-        raise_open_files_limit()
+        raise_open_file_limit()
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         # A right the node lacks fails the start with one message naming it, rather than a
         # catalog never read or a partition never restored (`sparkiq.kafka.access`).

@@ -126,7 +126,7 @@ def test_serve_with_no_options_runs_the_models_defaults(monkeypatch: pytest.Monk
         if name.startswith("SPARKIQ_"):
             monkeypatch.delenv(name)
     started: list[NodeSettings] = []
-    monkeypatch.setattr("sparkiq.http.settings.raise_open_file_limit", lambda: 0)
+    monkeypatch.setattr("sparkiq.core.openfiles.raise_open_file_limit", lambda: 0)
     monkeypatch.setattr("sparkiq.cli.serving.run_node", started.append)
     missing = CliRunner().invoke(cli.main, ["serve"])
     assert missing.exit_code == 2
@@ -142,7 +142,7 @@ def test_serve_reads_the_renamed_http_settings_from_options_and_variables(
     from sparkiq.cli.serving import http_settings
 
     started: list[NodeSettings] = []
-    monkeypatch.setattr("sparkiq.http.settings.raise_open_file_limit", lambda: 0)
+    monkeypatch.setattr("sparkiq.core.openfiles.raise_open_file_limit", lambda: 0)
     monkeypatch.setattr("sparkiq.cli.serving.run_node", started.append)
     monkeypatch.setenv("SPARKIQ_FORWARD_PIPELINE_DEPTH", "4")
     args = ["serve", "--bootstrap-servers", "127.0.0.1:9092", "--request-budget-s", "2.5"]

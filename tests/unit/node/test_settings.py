@@ -122,7 +122,7 @@ def test_serve_takes_the_connection_options_and_raises_the_open_file_limit(
     calls: list[str] = []
     started: list[NodeSettings] = []
     monkeypatch.setattr(
-        "sparkiq.http.settings.raise_open_file_limit", lambda: calls.append("raise") or 0
+        "sparkiq.core.openfiles.raise_open_file_limit", lambda: calls.append("raise") or 0
     )
     monkeypatch.setattr(
         "sparkiq.cli.serving.run_node", lambda s: (calls.append("run"), started.append(s))

@@ -53,11 +53,12 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sparkiq.core.openfiles import open_file_limit
 from sparkiq.http.messages.wire import answer_head
 from sparkiq.http.seam import REQUEST_ID, App
 from sparkiq.http.server.connection import Connection
 from sparkiq.http.server.plainlane import not_plain
-from sparkiq.http.settings import connection_limit, default_max_connections, open_file_limit
+from sparkiq.http.settings import connection_limit, default_max_connections
 
 log = logging.getLogger(__name__)
 

@@ -572,7 +572,7 @@ def test_the_open_file_limit_is_raised_to_the_hard_limit() -> None:
     if hard < 0 or hard <= 512:
         pytest.skip(f"hard open-file limit {hard}: nothing to raise to")
     code = (
-        "import resource; from sparkiq.http.settings import raise_open_file_limit; "
+        "import resource; from sparkiq.core.openfiles import raise_open_file_limit; "
         "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard)); "
         "print(raise_open_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
