@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
+from sparkiq.core.errors import KafkaError
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, store_directory
@@ -31,10 +32,16 @@ START_MS = 1_763_000_000_000  # fixed, so windows are the same in every run
 def wait_until(
     check: Callable[[], bool], what: str, timeout_s: float, pipeline: PipelineProcess
 ) -> None:
+    """Polls *check* until true; a check that asks a loaded or recovering broker and times
+    out is "not yet" (its last error goes into the failure message)."""
     deadline = time.monotonic() + timeout_s
+    last_error = ""
     while time.monotonic() < deadline:
-        if check():
-            return
+        try:
+            if check():
+                return
+        except KafkaError as exc:
+            last_error = f" (last error: {exc})"
         if pipeline.proc is not None and not pipeline.is_running():
             pytest.fail(
                 f"the pipeline exited ({pipeline.exit_code()}) before {what}: "
@@ -42,7 +49,7 @@ def wait_until(
             )
         time.sleep(1.0)
     pytest.fail(
-        f"timed out after {timeout_s:.0f}s waiting for {what}; pipeline log tail: "
+        f"timed out after {timeout_s:.0f}s waiting for {what}{last_error}; pipeline log tail: "
         f"{pipeline.log_path.read_text()[-3000:]}"
     )
 
