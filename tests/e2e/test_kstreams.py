@@ -119,6 +119,8 @@ def register(bootstrap: str, app: str, app_id: str) -> None:
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "partitioner murmur2" in result.output, result.output
+    listed = CliRunner().invoke(table, ["list", "--bootstrap-servers", bootstrap, "--app", app])
+    assert "window_layout=kstreams-session" in listed.output, listed.output
     refused = CliRunner().invoke(
         table,
         ["create", "scores", "--from-kafka-streams", app_id, "--store", "clicks",

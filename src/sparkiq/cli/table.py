@@ -28,7 +28,7 @@ from sparkiq.core.errors import CatalogError, UnknownTableError
 from sparkiq.core.kstreams import SERDE_NAMES, StoreType
 from sparkiq.core.kstreams import changelog_topic as changelog_topic_of
 from sparkiq.core.partitioner import Partitioner
-from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.core.tables import Format, TableDef, TableKind, WindowLayout
 
 if TYPE_CHECKING:
     from sparkiq.core.formatcheck import SampledRecord
@@ -409,6 +409,11 @@ def table_list(
                 f"\tkey={t.key_format.value}\tvalue={t.value_format.value}"
                 f"\tpartitioner={t.partitioner.value}"
                 + (f"\tretention_ms={t.retention_ms}" if t.retention_ms is not None else "")
+                + (
+                    f"\twindow_layout={t.window_layout.value}"
+                    if t.window_layout is not WindowLayout.SPARKIQ
+                    else ""
+                )
             )
 
     run_command(run)
