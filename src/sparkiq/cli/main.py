@@ -106,10 +106,13 @@ def broker(kind: str, brokers: str, data_dir: Path | None, port: int) -> None:
 
 
 @main.command()
-@click.argument("what", type=click.Choice(["kafka", "spark-kafka"]), default="kafka")
+@click.argument(
+    "what", type=click.Choice(["kafka", "kafka-streams", "spark-kafka"]), default="kafka"
+)
 def install(what: str) -> None:
     """Install Java libraries sparkiq runs, once, from Maven Central with mvn (or PySpark's
-    Ivy where mvn is missing): `kafka` is Apache Kafka's jars; `spark-kafka` is Spark's Kafka
+    Ivy where mvn is missing): `kafka` is Apache Kafka's jars; `kafka-streams` is Kafka
+    Streams' (the tests run a Kafka Streams application); `spark-kafka` is Spark's Kafka
     connector at the installed PySpark's version, which sparkiq's Spark sessions then put
     on their class path (`--kafka-connector auto` takes it)."""
     from sparkiq.dev.jars import install_jars, jar_set_named

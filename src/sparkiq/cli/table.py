@@ -25,8 +25,10 @@ from sparkiq.cli.common import (
     run_command,
 )
 from sparkiq.core.errors import CatalogError, UnknownTableError
+from sparkiq.core.kstreams import SERDE_NAMES, StoreType
+from sparkiq.core.kstreams import changelog_topic as changelog_topic_of
 from sparkiq.core.partitioner import Partitioner
-from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.core.tables import Format, TableDef, TableKind, WindowLayout
 
 if TYPE_CHECKING:
     from sparkiq.core.formatcheck import SampledRecord
@@ -42,7 +44,41 @@ def table() -> None:
 
 @table.command("create")
 @click.argument("name")
-@click.option("--topic", required=True, help="Existing keyed topic holding the table's changelog.")
+@click.option("--topic", default=None, help="Existing keyed topic holding the table's changelog.")
+@click.option(
+    "--from-kafka-streams",
+    "kafka_streams_app",
+    metavar="APP_ID",
+    default=None,
+    help="Instead of --topic: serve a store of the Kafka Streams application APP_ID (its "
+    "application.id) from its changelog, APP_ID-STORE-changelog; give --store, --store-type "
+    "and the serdes.",
+)
+@click.option("--store", default=None, help="--from-kafka-streams: the store's name.")
+@click.option(
+    "--store-type",
+    type=click.Choice([t.value for t in StoreType]),
+    default="timestamped-kv",
+    show_default=True,
+    help="--from-kafka-streams: the store's type (a KTable's and aggregate's store is "
+    "timestamped-kv, a windowed aggregate's timestamped-window, a session aggregate's session).",
+)
+@click.option(
+    "--key-serde",
+    type=click.Choice(SERDE_NAMES, case_sensitive=False),
+    default="string",
+    show_default=True,
+    help="--from-kafka-streams: the store's key serde (those sparkiq cannot serve yet are "
+    "refused by name).",
+)
+@click.option(
+    "--value-serde",
+    type=click.Choice(SERDE_NAMES, case_sensitive=False),
+    default="json",
+    show_default=True,
+    help="--from-kafka-streams: the store's value serde; avro is Confluent's (Schema Registry "
+    "framed), read with --value-schema.",
+)
 @click.option("--key-format", type=_FORMATS, default="string", show_default=True)
 @click.option("--value-format", type=_FORMATS, default="json", show_default=True)
 @click.option(
@@ -96,7 +132,12 @@ def table() -> None:
 @kafka_security_options
 def table_create(
     name: str,
-    topic: str,
+    topic: str | None,
+    kafka_streams_app: str | None,
+    store: str | None,
+    store_type: str,
+    key_serde: str,
+    value_serde: str,
     key_format: str,
     value_format: str,
     kind: str,
@@ -118,6 +159,9 @@ def table_create(
     The topic is sampled first: the records must decode in the key and value formats given
     (else nothing is registered, unless --force), and with --partitioner auto the sample
     tells which partitioner placed them.
+
+    With --from-kafka-streams, the table is a Kafka Streams application's store, read from its
+    changelog; windows and sessions keep the changelog's retention.ms.
     """
     from sparkiq.core.durations import parse_duration_ms
     from sparkiq.kafka.access import check_rights
@@ -130,46 +174,65 @@ def table_create(
 
     def run() -> None:
         retention_ms = parse_duration_ms(retention) if retention is not None else None
+        if (topic is None) == (kafka_streams_app is None):
+            raise CatalogError("give the changelog: --topic TOPIC or --from-kafka-streams APP_ID")
+        changelog = topic or _kafka_streams_changelog(kafka_streams_app, store)
         reach_brokers(bootstrap_servers)
         check_rights(
             bootstrap_servers,
-            table_create_needs(app, topic),
+            table_create_needs(app, changelog),
             doing=f"register table {name!r}",
             security=security,
         )
-        partitions = partition_count(bootstrap_servers, topic, security=security)
+        partitions = partition_count(bootstrap_servers, changelog, security=security)
         existing = read_catalog(bootstrap_servers, app=app, security=security).get(name)
         if existing is not None and not replace:
             raise CatalogError(
                 f"table {name!r} exists ({_summary(existing)}); write --replace to replace "
                 "it, or choose another name"
             )
-        kind_ = TableKind(kind)
-        tdef = TableDef(
-            name=name,
-            topic=topic,
-            partitions=partitions,
-            key_format=Format(key_format),
-            value_format=Format(value_format),
-            kind=kind_,
-            window_size_ms=window_size_ms,
-            retention_ms=retention_ms,
-            key_schema=key_schema.read_text() if key_schema else None,
-            value_schema=value_schema.read_text() if value_schema else None,
-            description=description,
-        )
-        click.echo(f"sampling {topic!r} ({partitions} partitions)...")
-        records = sample_records(bootstrap_servers, topic, partitions, security=security)
+        if kafka_streams_app is not None:
+            tdef = _kafka_streams_table(
+                name,
+                kafka_streams_app,
+                store or "",
+                StoreType(store_type),
+                partitions,
+                key_serde,
+                value_serde,
+                window_size_ms,
+                retention_ms,
+                value_schema,
+                description,
+                bootstrap_servers,
+                security,
+            )
+        else:
+            tdef = TableDef(
+                name=name,
+                topic=changelog,
+                partitions=partitions,
+                key_format=Format(key_format),
+                value_format=Format(value_format),
+                kind=TableKind(kind),
+                window_size_ms=window_size_ms,
+                retention_ms=retention_ms,
+                key_schema=key_schema.read_text() if key_schema else None,
+                value_schema=value_schema.read_text() if value_schema else None,
+                description=description,
+            )
+        click.echo(f"sampling {changelog!r} ({partitions} partitions)...")
+        records = sample_records(bootstrap_servers, changelog, partitions, security=security)
         _check_formats(tdef, records, force)
         if partitioner == "auto":
-            chosen = _detect_partitioner(records, partitions, kind_ is TableKind.WINDOWED)
+            chosen = _detect_partitioner(records, tdef)
         else:
             chosen = Partitioner(partitioner)
         tdef = dataclasses.replace(tdef, partitioner=chosen)
         register_table(bootstrap_servers, tdef, app=app, security=security)
         if existing is None:
             click.echo(
-                f"table {name!r} registered: topic {topic!r}, {tdef.partitions} partitions, "
+                f"table {name!r} registered: topic {changelog!r}, {tdef.partitions} partitions, "
                 f"partitioner {chosen.value}"
             )
         else:
@@ -178,10 +241,60 @@ def table_create(
                 f"table {name!r} replaced: "
                 + ("; ".join(changed) if changed else "the same definition as before")
             )
-        if retention_ms is not None:
-            _check_topic_retention(bootstrap_servers, topic, retention_ms, security)
+        if retention_ms is not None and kafka_streams_app is None:
+            _check_topic_retention(bootstrap_servers, changelog, retention_ms, security)
 
     run_command(run)
+
+
+def _kafka_streams_changelog(app_id: str | None, store: str | None) -> str:
+    if not store:
+        raise CatalogError("--from-kafka-streams needs the store's name: --store STORE")
+    assert app_id is not None
+    return changelog_topic_of(app_id, store)
+
+
+def _kafka_streams_table(
+    name: str,
+    app_id: str,
+    store: str,
+    store_type: StoreType,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    window_size_ms: int | None,
+    retention_ms: int | None,
+    value_schema: Path | None,
+    description: str,
+    bootstrap: str,
+    security: KafkaSecurity,
+) -> TableDef:
+    """The table of a Kafka Streams store; windows and sessions are kept as long as the
+    changelog keeps them (its retention.ms) unless --retention says otherwise."""
+    from sparkiq.core.kstreams import kstreams_table
+    from sparkiq.kafka.admin import topic_config
+
+    if store_type.window_layout is not None and retention_ms is None:
+        config = topic_config(bootstrap, changelog_topic_of(app_id, store), security=security)
+        kept = int(config.get("retention.ms", "-1"))
+        retention_ms = kept if kept > 0 else None
+        click.echo(
+            f"retention: {'kept for good' if retention_ms is None else f'{kept} ms'}, as the "
+            "changelog's retention.ms"
+        )
+    return kstreams_table(
+        name,
+        application_id=app_id,
+        store=store,
+        store_type=store_type,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        window_size_ms=window_size_ms,
+        retention_ms=retention_ms,
+        value_schema=value_schema.read_text() if value_schema else None,
+        description=description,
+    )
 
 
 def _summary(table: TableDef) -> str:
@@ -260,16 +373,15 @@ def _check_topic_retention(
         )
 
 
-def _detect_partitioner(
-    records: Sequence[SampledRecord], partitions: int, windowed: bool
-) -> Partitioner:
+def _detect_partitioner(records: Sequence[SampledRecord], table: TableDef) -> Partitioner:
     """Print which partitioner placed the sampled records, and why."""
     from sparkiq.core.placement import detect
 
     samples = [(r.partition, r.key) for r in records]
-    if windowed:  # a windowed key ends with its 8-byte window start; the key alone decides
-        samples = [(p, key[:-8]) for p, key in samples if len(key) >= 8]
-    found = detect(samples, partitions)
+    if table.is_windowed:  # a windowed key ends with its window; the key alone decides
+        suffix = table.window_layout.suffix_bytes
+        samples = [(p, key[:-suffix]) for p, key in samples if len(key) >= suffix]
+    found = detect(samples, table.partitions)
     click.echo(f"partitioner {found.chosen.value}: {found.evidence()}")
     return found.chosen
 
@@ -297,6 +409,11 @@ def table_list(
                 f"\tkey={t.key_format.value}\tvalue={t.value_format.value}"
                 f"\tpartitioner={t.partitioner.value}"
                 + (f"\tretention_ms={t.retention_ms}" if t.retention_ms is not None else "")
+                + (
+                    f"\twindow_layout={t.window_layout.value}"
+                    if t.window_layout is not WindowLayout.SPARKIQ
+                    else ""
+                )
             )
 
     run_command(run)

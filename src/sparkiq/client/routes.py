@@ -10,7 +10,7 @@ from typing import Any
 
 from sparkiq.core.errors import SparkiqError
 from sparkiq.core.partitioner import Partitioner
-from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.core.tables import Format, TableDef, TableKind, WindowLayout
 
 
 @dataclass
@@ -41,6 +41,7 @@ def parse_routes(meta: dict[str, Any], seeds: Sequence[str]) -> Routes:
                 key_schema="{}" if t["key_format"] == "avro" else None,
                 # Nodes before per-table partitioners placed every key with murmur2.
                 partitioner=Partitioner(t.get("partitioner", "murmur2")),
+                window_layout=WindowLayout(t.get("window_layout", "sparkiq")),
             )
         except (KeyError, ValueError, SparkiqError):
             continue

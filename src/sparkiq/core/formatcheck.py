@@ -18,13 +18,19 @@ from typing import NamedTuple
 import orjson
 
 from sparkiq.core.errors import CatalogError, FormatError
+from sparkiq.core.kstreams import split_avro_sr
 from sparkiq.core.serde import avro_decode, parse_avro_schema, shorten
 from sparkiq.core.tables import Format, TableDef, TableKind
 
+# What follows the key in a windowed changelog key, by its length (`WindowLayout`).
+_WINDOW_PARTS = {
+    8: "an 8-byte window start",
+    12: "an 8-byte window start and a 4-byte sequence number",
+    16: "an 8-byte session end and start",
+}
 # Formats tried when one does not fit, in the order they are suggested.
 _KEY_CANDIDATES = (Format.STRING, Format.JSON, Format.LONG, Format.INT, Format.BYTES)
 _VALUE_CANDIDATES = (Format.JSON, Format.STRING, Format.LONG, Format.INT, Format.BYTES)
-_WINDOW_START_BYTES = 8
 
 
 class SampledRecord(NamedTuple):
@@ -75,26 +81,35 @@ class FormatFinding:
 def check_formats(table: TableDef, records: Sequence[SampledRecord]) -> list[FormatFinding]:
     """The key finding and the value finding of `records` against `table`'s formats.
 
-    Windowed tables' keys end with an 8-byte window start, which is not part of the key's
+    Windowed tables' keys end with their window (`WindowLayout`), which is not part of the key's
     format. Tombstones (null values) have no value to check. CatalogError when a given Avro
     schema does not parse.
     """
-    windowed = table.kind is TableKind.WINDOWED
-    keys = [(r, _key_part(r.key, windowed)) for r in records]
+    suffix = table.window_layout.suffix_bytes if table.kind is TableKind.WINDOWED else 0
+    keys = [(r, _key_part(r.key, suffix)) for r in records]
     values = [(r, r.value) for r in records if r.value is not None]
     return [
-        _finding("key", table.key_format, table.key_schema, table.name, keys, _KEY_CANDIDATES),
+        _finding(
+            "key",
+            table.key_format,
+            table.key_schema,
+            table.name,
+            keys,
+            _KEY_CANDIDATES,
+            too_short=f"too short for a key and {_WINDOW_PARTS[suffix]}" if suffix else "",
+        ),
         _finding(
             "value", table.value_format, table.value_schema, table.name, values, _VALUE_CANDIDATES
         ),
     ]
 
 
-def _key_part(key: bytes, windowed: bool) -> bytes | None:
-    """The key without its window start; None when a windowed key is too short to have one."""
-    if not windowed:
+def _key_part(key: bytes, suffix: int) -> bytes | None:
+    """The key without the *suffix* bytes of its window; None when a windowed key is too
+    short to have them."""
+    if not suffix:
         return key
-    return key[:-_WINDOW_START_BYTES] if len(key) >= _WINDOW_START_BYTES else None
+    return key[:-suffix] if len(key) >= suffix else None
 
 
 def _finding(
@@ -104,9 +119,10 @@ def _finding(
     table_name: str,
     items: Iterable[tuple[SampledRecord, bytes | None]],
     candidates: tuple[Format, ...],
+    too_short: str = "",
 ) -> FormatFinding:
     parsed_schema = None
-    if declared is Format.AVRO:
+    if declared in (Format.AVRO, Format.AVRO_SR):
         if schema is None:
             raise CatalogError(
                 f"table {table_name!r} declares Avro {part}s without a schema; give "
@@ -120,9 +136,7 @@ def _finding(
     for record, data in items:
         checked += 1
         why = (
-            "too short for a key and an 8-byte window start"
-            if data is None
-            else _why_not(declared, data, parsed_schema, table_name, part)
+            too_short if data is None else _why_not(declared, data, parsed_schema, table_name, part)
         )
         if why is not None:
             failed += 1
@@ -161,10 +175,12 @@ def _why_not(
             # written with spaces could never be found.
             return "JSON, but not compact (no spaces, as orjson.dumps writes it)"
         return None
-    if fmt is Format.AVRO:
+    if fmt in (Format.AVRO, Format.AVRO_SR):
         if avro_schema is None:
             return "no schema"
         try:
+            if fmt is Format.AVRO_SR:
+                data = split_avro_sr(data)[1]
             avro_decode(avro_schema, data, table_name, part)
         except FormatError as exc:
             return str(exc).split(": ", 1)[-1]

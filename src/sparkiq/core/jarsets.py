@@ -4,8 +4,9 @@ A `JarSet` names Maven coordinates resolved together (`sparkiq.dev.jars.install_
 it, once) into a directory of its own under `jars_root`, with a stamp listing its jars:
 `installed_jars` reads that listing and nothing else, so a Spark session (the connector's
 jars) and a broker (Apache Kafka's) find their jars without a resolver, without the
-network. Two sets exist: Apache Kafka (`KAFKA`), and Spark's own Kafka connector at the
-version of the installed PySpark (`spark_kafka_connector`).
+network. Three sets exist: Apache Kafka (`KAFKA`), Kafka Streams (`KAFKA_STREAMS`: the
+tests compile and run a Kafka Streams application against it), and Spark's own Kafka
+connector at the version of the installed PySpark (`spark_kafka_connector`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ KAFKA = JarSet(
         f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}",
     ),
     title=f"Apache Kafka {KAFKA_VERSION}",
+)
+
+# Kafka Streams at the broker's version, with the slf4j binding Kafka's own set uses: the
+# tests' Kafka Streams application (tests/support/kstreamsapp) runs on it.
+KAFKA_STREAMS = JarSet(
+    name="kafka-streams",
+    version=KAFKA_VERSION,
+    artifacts=(
+        f"org.apache.kafka:kafka-streams:{KAFKA_VERSION}",
+        f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}",
+    ),
+    title=f"Kafka Streams {KAFKA_VERSION}",
+    fallback="only the tests' Kafka Streams application needs it; sparkiq serves Kafka "
+    "Streams stores without it",
 )
 
 SPARK_KAFKA = "spark-kafka"

@@ -28,6 +28,9 @@ class Format(StrEnum):
     INT = "int"  # 4-byte big-endian signed (Kafka's IntegerSerializer)
     JSON = "json"  # UTF-8 JSON document
     AVRO = "avro"  # Avro binary (schemaless, the schema is in the table definition)
+    # Avro framed as Confluent's serializers write it (Schema Registry): byte 0, a 4-byte
+    # schema id, the Avro binary; decoded with the schema in the table definition. Values only.
+    AVRO_SR = "avro-sr"
     BYTES = "bytes"  # opaque; shown as base64 in JSON answers
 
 
@@ -38,6 +41,33 @@ class TableKind(StrEnum):
     KV = "kv"
     WINDOWED = "windowed"
     GLOBAL = "global"
+
+
+class WindowLayout(StrEnum):
+    """How a windowed table's changelog record key holds its window (all big-endian).
+
+    `sparkiq`: key + 8-byte start (sparkiq's sinks). `kstreams-window`: a Kafka Streams
+    window store's changelog, key + 8-byte start + 4-byte sequence number.
+    `kstreams-session`: a Kafka Streams session store's, key + 8-byte end + 8-byte start; its
+    sessions have no fixed length, so each stored value keeps its session's end
+    (`sparkiq.core.kstreams`).
+    """
+
+    SPARKIQ = "sparkiq"
+    KSTREAMS_WINDOW = "kstreams-window"
+    KSTREAMS_SESSION = "kstreams-session"
+
+    @property
+    def suffix_bytes(self) -> int:
+        """The bytes after the key in a changelog record key."""
+        return _SUFFIX_BYTES[self]
+
+
+_SUFFIX_BYTES = {
+    WindowLayout.SPARKIQ: 8,
+    WindowLayout.KSTREAMS_WINDOW: 12,
+    WindowLayout.KSTREAMS_SESSION: 16,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +93,8 @@ class TableDef:
     # How the producers placed keys in partitions; definitions written before this field
     # existed were all murmur2 (sparkiq's sinks, Java clients), so that is the default.
     partitioner: Partitioner = Partitioner.MURMUR2
+    # Windowed tables: how a changelog key holds the window (sparkiq's or Kafka Streams').
+    window_layout: WindowLayout = WindowLayout.SPARKIQ
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -74,7 +106,17 @@ class TableDef:
             raise CatalogError(f"table {self.name!r} needs a changelog topic")
         if self.partitions < 1:
             raise CatalogError(f"table {self.name!r} needs at least one partition")
-        if self.kind is TableKind.WINDOWED and not (self.window_size_ms or 0) > 0:
+        if self.window_layout is not WindowLayout.SPARKIQ and self.kind is not TableKind.WINDOWED:
+            raise CatalogError(
+                f"table {self.name!r} has window layout {self.window_layout.value}: its kind "
+                "must be windowed"
+            )
+        if self.has_session_ends:
+            if self.window_size_ms is not None:
+                raise CatalogError(
+                    f"table {self.name!r} holds sessions: each has its own end, no window size"
+                )
+        elif self.kind is TableKind.WINDOWED and not (self.window_size_ms or 0) > 0:
             raise CatalogError(
                 f"windowed table {self.name!r} needs its window length: window_size_ms > 0 "
                 "(sparkiq table create --window-size-ms 60000 for one minute)"
@@ -89,14 +131,29 @@ class TableDef:
                 )
             if self.retention_ms <= 0:
                 raise CatalogError(f"table {self.name!r} needs a retention > 0 ms")
+        if self.key_format is Format.AVRO_SR:
+            raise CatalogError(
+                f"table {self.name!r}: keys in format avro-sr (Schema Registry framed Avro) "
+                "cannot be served yet: a lookup would have to know the schema id each key was "
+                "written with; key the changelog with another serde (string, long, json)"
+            )
         if self.key_format is Format.AVRO and not self.key_schema:
             raise CatalogError(f"table {self.name!r} has Avro keys but no key_schema")
-        if self.value_format is Format.AVRO and not self.value_schema:
+        if self.value_format in (Format.AVRO, Format.AVRO_SR) and not self.value_schema:
             raise CatalogError(f"table {self.name!r} has Avro values but no value_schema")
 
     @property
     def is_windowed(self) -> bool:
         return self.kind is TableKind.WINDOWED
+
+    @property
+    def has_session_ends(self) -> bool:
+        """Whether each window (a session) keeps its own end in its stored value."""
+        return self.window_layout is WindowLayout.KSTREAMS_SESSION
+
+    def key_of_window_key(self, wire: bytes) -> bytes:
+        """The key part of a windowed changelog record key (what the partitioner hashed)."""
+        return wire[: -self.window_layout.suffix_bytes]
 
     @property
     def is_global(self) -> bool:
@@ -139,6 +196,7 @@ class TableDef:
                 value_schema=raw.get("value_schema"),
                 description=str(raw.get("description", "")),
                 partitioner=Partitioner(raw.get("partitioner", "murmur2")),
+                window_layout=WindowLayout(raw.get("window_layout", "sparkiq")),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CatalogError(f"invalid table definition {raw!r}: {exc}") from exc
@@ -158,6 +216,8 @@ class TableDef:
             out["window_size_ms"] = self.window_size_ms
         if self.retention_ms is not None:
             out["retention_ms"] = self.retention_ms
+        if self.window_layout is not WindowLayout.SPARKIQ:
+            out["window_layout"] = self.window_layout.value
         if self.description:
             out["description"] = self.description
         return out

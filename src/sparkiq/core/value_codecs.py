@@ -14,6 +14,7 @@ import orjson
 from fastavro.validation import ValidationError
 
 from sparkiq.core.errors import FormatError
+from sparkiq.core.kstreams import split_avro_sr
 from sparkiq.core.serde import (
     INT,
     LONG,
@@ -151,6 +152,31 @@ class AvroValueCodec(ValueCodec):
             raise self._unencodable(value, exc) from exc
 
 
+class AvroSrValueCodec(AvroValueCodec):
+    """Avro framed by Confluent's serializers (byte 0, a 4-byte schema id, the datum), read
+    with the table's schema whatever the id. sparkiq does not write it: it has no registry."""
+
+    format = Format.AVRO_SR
+
+    def render(self, wire: bytes) -> object:
+        return super().render(self._datum(wire))
+
+    def render_json(self, wire: bytes) -> bytes:
+        return super().render_json(self._datum(wire))
+
+    def _datum(self, wire: bytes) -> bytes:
+        try:
+            return split_avro_sr(wire)[1]
+        except FormatError as exc:
+            raise self._undecodable(wire, exc) from exc
+
+    def encode(self, value: object) -> bytes:
+        raise self._unencodable(
+            value,
+            "sparkiq writes no Schema Registry framed Avro; produce it with Confluent's serializer",
+        )
+
+
 class BytesValueCodec(ValueCodec):
     format = Format.BYTES
 
@@ -179,4 +205,7 @@ def value_codec(table: TableDef) -> ValueCodec:
     if fmt is Format.AVRO:
         assert table.value_schema is not None  # TableDef validates it
         return AvroValueCodec(name, table.value_schema)
+    if fmt is Format.AVRO_SR:
+        assert table.value_schema is not None  # TableDef validates it
+        return AvroSrValueCodec(name, table.value_schema)
     return BytesValueCodec(name)

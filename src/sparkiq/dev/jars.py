@@ -30,6 +30,7 @@ from xml.sax.saxutils import escape
 from sparkiq.core.errors import BrokerError
 from sparkiq.core.jarsets import (
     KAFKA,
+    KAFKA_STREAMS,
     KAFKA_VERSION,
     SPARK_KAFKA,
     STAMP,
@@ -43,6 +44,7 @@ __all__ = [
     "JAR_SET_NAMES",
     "JAVA_MIN_VERSION",
     "KAFKA",
+    "KAFKA_STREAMS",
     "KAFKA_VERSION",
     "JarSet",
     "JarsError",
@@ -100,15 +102,17 @@ def spark_kafka_for_pyspark() -> JarSet:
 
 
 def jar_set_named(name: str) -> JarSet:
-    """`KAFKA` for "kafka", the connector of the installed PySpark for "spark-kafka"."""
+    """`KAFKA` for "kafka", `KAFKA_STREAMS` for "kafka-streams", the connector of the
+    installed PySpark for "spark-kafka"."""
     if name == SPARK_KAFKA:
         return spark_kafka_for_pyspark()
-    if name == KAFKA.name:
-        return KAFKA
-    raise JarsError(f"no jar set {name!r}: {KAFKA.name} or {SPARK_KAFKA}")
+    for jar_set in (KAFKA, KAFKA_STREAMS):
+        if name == jar_set.name:
+            return jar_set
+    raise JarsError(f"no jar set {name!r}: {', '.join(JAR_SET_NAMES)}")
 
 
-JAR_SET_NAMES = (KAFKA.name, SPARK_KAFKA)
+JAR_SET_NAMES = (KAFKA.name, KAFKA_STREAMS.name, SPARK_KAFKA)
 
 Progress = Callable[[str], None]
 STILL_EVERY_S = 15.0  # how often a resolution in progress says it still is

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sparkiq.core.errors import SparkiqError
+from sparkiq.core.kstreams import stored_value
 from sparkiq.core.topology import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -281,5 +282,5 @@ def changes_of(
                 key = fn(key)
             except (SparkiqError, ValueError):
                 continue
-        out[tp].append(Change(key, msg.value(), offset + 1))
+        out[tp].append(Change(key, stored_value(fn, msg.key(), msg.value()), offset + 1))
     return out

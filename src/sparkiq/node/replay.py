@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.errors import KafkaError, SparkiqError
+from sparkiq.core.kstreams import stored_value
 from sparkiq.core.topology import TopicPartition
 from sparkiq.kafka.security import KafkaSecurity
 from sparkiq.node.changes import Change
@@ -147,13 +148,14 @@ class _Reader:
             key = msg.key()
             if key is None:
                 continue
+            wire = key
             if self._key_fn is not None:
                 try:
                     key = self._key_fn(key)
                 except (SparkiqError, ValueError):
                     continue
             if self._accepts(key):
-                out.append(Change(key, msg.value(), offset + 1))
+                out.append(Change(key, stored_value(self._key_fn, wire, msg.value()), offset + 1))
             if self.done:
                 break
         return out

@@ -11,6 +11,8 @@ import pytest
 
 from sparkiq.dev.jars import (
     KAFKA,
+    KAFKA_STREAMS,
+    KAFKA_VERSION,
     JarsError,
     JarSet,
     Resolver,
@@ -152,3 +154,10 @@ def test_the_spark_kafka_set_is_the_connector_at_pysparks_version() -> None:
     assert jar_set_named("kafka") is KAFKA
     with pytest.raises(JarsError, match="no jar set"):
         jar_set_named("flink")
+
+
+def test_the_kafka_streams_set_is_kafka_streams_at_the_brokers_version() -> None:
+    jar_set = jar_set_named("kafka-streams")
+    assert jar_set is KAFKA_STREAMS
+    assert jar_set.dir_name == f"kafka-streams-{KAFKA_VERSION}"
+    assert f"org.apache.kafka:kafka-streams:{KAFKA_VERSION}" in jar_set.artifacts

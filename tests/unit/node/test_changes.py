@@ -10,10 +10,12 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkiq.core.kstreams import StoreType, kstreams_table, session_changelog_key
+from sparkiq.core.serde import window_store_key
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.changes import Change, ChangeFeed, changes_of
-from sparkiq.node.restore import Restorer
+from sparkiq.node.restore import Restorer, store_key_fn
 from tests.support.restore import Tables, produce
 
 pytest_plugins = ["tests.support.restore"]
@@ -67,6 +69,27 @@ def test_changes_of_takes_the_written_records_of_watched_partitions() -> None:
 
     got = changes_of(records, {("t", 0): (store_key, 5, 8)})
     assert got == {("t", 0): [Change(b"s:a", b"2", 6), Change(b"s:a", None, 9)]}
+
+
+def test_changes_of_a_session_table_carry_the_stored_value_with_the_sessions_end() -> None:
+    sessions = kstreams_table(
+        "sessions", application_id="a", store="s", store_type=StoreType.SESSION,
+        partitions=1, key_serde="string", value_serde="long",
+    )  # fmt: skip
+    key_fn = store_key_fn(sessions)
+    wire = session_changelog_key(b"k", 2_000, 1_000)
+    got = changes_of(
+        [Record("t", 0, 0, wire, b"\x00" * 7 + b"\x03"), Record("t", 0, 1, wire, None)],
+        {("t", 0): (key_fn, 0, 1)},
+    )
+    assert got == {
+        ("t", 0): [
+            Change(
+                window_store_key(b"k", 1_000), (2_000).to_bytes(8, "big") + b"\x00" * 7 + b"\x03", 1
+            ),
+            Change(window_store_key(b"k", 1_000), None, 2),
+        ]
+    }
 
 
 async def test_a_watcher_hears_every_value_its_key_takes_after_its_snapshot(

@@ -21,7 +21,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_jso
 from pydantic_core import core_schema
 
 from sparkiq.core.partitioner import Partitioner
-from sparkiq.core.tables import Format, TableKind
+from sparkiq.core.tables import Format, TableKind, WindowLayout
 from sparkiq.http.messages.errorcodes import ErrorCode
 
 Count = Annotated[int, Field(ge=0)]
@@ -136,6 +136,11 @@ class TableSummary(BaseModel):
         default=None,
         description="How long a window is kept after it ends, against the newest window end "
         "of its partition (windowed tables with a retention only).",
+    )
+    window_layout: WindowLayout | None = Field(
+        default=None,
+        description="How a window is held in a changelog key, when not sparkiq's own: "
+        "`kstreams-window` or `kstreams-session` (a Kafka Streams store's changelog).",
     )
     description: str | None = None
     misplaced_records: Count = Field(

@@ -27,6 +27,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
+from sparkiq.core.kstreams import window_end_and_value
 from sparkiq.core.queries import Failure, FailureReason, Order
 from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import TableDef
@@ -314,14 +315,14 @@ def render_rows(table: TableDef, rows: list[tuple[bytes, bytes]]) -> list[tuple[
             (sk, {"key": codec.render(codec.store_to_wire(sk)), "value": render_value(v)})
             for sk, v in rows
         ]
-    size = table.window_size_ms or 0
     out: list[tuple[bytes, Item]] = []
-    for sk, v in rows:
+    for sk, stored in rows:
         key_store, start = split_window_store_key(sk)
+        end, v = window_end_and_value(table, start, stored)
         item: Item = {
             "key": codec.render(codec.store_to_wire(key_store)),
             "start": start,
-            "end": start + size,
+            "end": end,
             "value": render_value(v),
         }
         out.append((sk, item))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import orjson
 
 from sparkiq.core import positions
+from sparkiq.core.kstreams import window_end_and_value
 from sparkiq.core.queries import Failure, FailureReason, Order
 from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import TableDef
@@ -110,12 +111,12 @@ def read(
     merge: PageMerge[bytes] = PageMerge(query.order)
     merge.add(*scan_partition(replica.store, scan, query.limit + 1))
     page, resume = merge.page(query.limit)
-    size = table.window_size_ms or 0
     render = value_codec.render
     items = []
-    for store_key, value in page:
+    for store_key, stored in page:
         start = split_window_store_key(store_key)[1]
-        items.append({"start": start, "end": start + size, "value": render(value)})
+        end, value = window_end_and_value(table, start, stored)
+        items.append({"start": start, "end": end, "value": render(value)})
     outcome = Outcome.STANDBY if replica.is_standby else Outcome.LOCAL
     body = {
         "table": table.name,

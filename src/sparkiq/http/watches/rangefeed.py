@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from sparkiq.core import positions
+from sparkiq.core.kstreams import window_end_and_value
 from sparkiq.core.serde import split_window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.http.forwarding.relay import Upstream, UpstreamError
@@ -67,6 +68,8 @@ class WatchedRange:
             doc["key"] = codec.render(codec.store_to_wire(key_store))
             doc["start"] = start
             doc["end"] = start + (table.window_size_ms or 0)
+            if value is not None:
+                doc["end"], value = window_end_and_value(table, start, value)
         else:
             doc["key"] = codec.render(codec.store_to_wire(store_key))
         doc["value"] = None if value is None else value_codec.render(value)

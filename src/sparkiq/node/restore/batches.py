@@ -29,7 +29,8 @@ from rocksdict import WriteBatch
 
 from sparkiq.core.bulk_partitions import partitions_of
 from sparkiq.core.errors import SparkiqError
-from sparkiq.core.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
+from sparkiq.core.kstreams import SessionKeys, session_value, window_splitter
+from sparkiq.core.serde import KeyCodec, key_codec, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
 from sparkiq.kafka.consumers import says_nothing_wrong
@@ -64,23 +65,30 @@ class NewestStart:
 
 def store_key_fn(table: TableDef, newest: NewestStart | None = None) -> StoreKeyFn | None:
     """The wire key -> store key transform of *table* (None: the identity); for a windowed
-    table, *newest* is kept up to date with every record's window start."""
+    table, *newest* is kept up to date with every record's window start. A session table's
+    is a `SessionKeys`."""
+    fn = _store_key_fn(table, newest)
+    return SessionKeys(fn) if fn is not None and table.has_session_ends else fn
+
+
+def _store_key_fn(table: TableDef, newest: NewestStart | None) -> StoreKeyFn | None:
     codec = key_codec(table)
     # Most formats store the wire bytes as they are; then the record loop skips the call.
     is_identity = type(codec).wire_to_store is KeyCodec.wire_to_store
     if not table.is_windowed:
         return None if is_identity else codec.wire_to_store
     key_to_store = codec.wire_to_store
+    split = window_splitter(table.window_layout)
     if newest is None:
 
         def windowed(wire: bytes) -> bytes:
-            key_wire, start_ms = split_window_wire_key(wire)
+            key_wire, start_ms = split(wire)
             return window_store_key(key_to_store(key_wire), start_ms)
 
         return windowed
 
     def noting(wire: bytes) -> bytes:
-        key_wire, start_ms = split_window_wire_key(wire)
+        key_wire, start_ms = split(wire)
         # Made before the start is noted: a record whose key does not convert is skipped,
         # and must not move the retention's cutoff.
         store_key = window_store_key(key_to_store(key_wire), start_ms)
@@ -150,7 +158,8 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
     for group in by_table.values():
         table = group[0][3]
         wires = [key for _, _, keys, _ in group for key in keys]
-        keys = [k[:-8] for k in wires] if table.is_windowed else wires  # the key decides
+        # A window's key decides, without the window.
+        keys = [table.key_of_window_key(k) for k in wires] if table.is_windowed else wires
         placed = partitions_of(table.partitioner, keys, table.partitions)
         start = 0
         for p, run, run_keys, _ in group:
@@ -178,6 +187,7 @@ def split_batch(
     put: Callable[[bytes, bytes], None] = _ignore_put
     delete: Callable[[bytes], None] = _ignore_delete
     fn: StoreKeyFn | None = None
+    with_end = False  # a session table's run: the stored value keeps the session's end
     collect: Callable[[bytes], None] | None = None
     topic: str | None = None
     partition = -1
@@ -197,6 +207,7 @@ def split_batch(
             if run is None:
                 run = runs[(t, p)] = Run(replicas.get((t, p)))
             put, delete, fn = run.batch.put, run.batch.delete, run.key_fn
+            with_end = isinstance(fn, SessionKeys)
             collect = None if run.keys is None else run.keys.append
         key = msg.key()
         if key is None:
@@ -235,6 +246,8 @@ def split_batch(
         value = msg.value()
         if value is None:
             delete(key)
+        elif with_end:
+            put(key, session_value(msg.key(), value))
         else:
             put(key, value)
         prev = msg

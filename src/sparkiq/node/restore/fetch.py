@@ -19,6 +19,9 @@ from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
     **TUNED_READ_CONF,
     "auto.offset.reset": "error",
+    # librdkafka's default, said out loud: a changelog written in transactions (Kafka
+    # Streams' exactly-once) is served with its committed records only.
+    "isolation.level": "read_committed",
 }
 
 BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write

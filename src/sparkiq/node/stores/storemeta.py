@@ -33,6 +33,7 @@ def compatible(a: TableDef, b: TableDef) -> bool:
         and a.value_format == b.value_format
         and (a.kind == b.kind or {a.kind, b.kind} <= _PLAIN)
         and a.window_size_ms == b.window_size_ms
+        and a.window_layout == b.window_layout
         and a.key_schema == b.key_schema
         and a.value_schema == b.value_schema
     )

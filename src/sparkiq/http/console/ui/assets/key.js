@@ -77,7 +77,8 @@ export function keyView({ session, body, args }) {
       if (chart) chart.destroy();
       series = fields;
       replace(chartBox);
-      chart = new TimeChart(chartBox, `${key}: windows of ${summary.window_size_ms / 1000} s, by start`, fields.length ? fields : ["value"], { bars: true, twoScales: true, step: summary.window_size_ms });
+      const what = summary.window_size_ms ? `windows of ${summary.window_size_ms / 1000} s` : "sessions"; // sessions have no fixed length
+      chart = new TimeChart(chartBox, `${key}: ${what}, by start`, fields.length ? fields : ["value"], { bars: true, twoScales: true, step: summary.window_size_ms || 0 });
     }
     chart.update(
       items.map((w) => w.start),

@@ -37,7 +37,7 @@ function row(t, meta) {
   const lag = tableLag(meta, t.name, t.kind === "global");
   const extra = Object.entries(t).filter(([k]) => !KNOWN.has(k));
   if (t.misplaced_records) extra.unshift(["misplaced_records", t.misplaced_records]);
-  const kind = t.kind === "windowed" && t.window_size_ms ? `windowed (${t.window_size_ms / 1000} s)` : t.kind;
+  const kind = t.window_layout === "kstreams-session" ? "sessions (Kafka Streams)" : t.kind === "windowed" && t.window_size_ms ? `windowed (${t.window_size_ms / 1000} s)` : t.kind;
   return h(
     "tr",
     { "data-table": t.name },

@@ -1,0 +1,104 @@
+"""The restore loop on Kafka Streams changelogs: a session store's merges (the old session
+deleted, the merged one written) end as one stored session per key and start, with its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkiq.core.kstreams import (
+    StoreType,
+    kstreams_table,
+    session_changelog_key,
+    window_end_and_value,
+)
+from sparkiq.core.serde import split_window_store_key
+from sparkiq.core.tables import TableDef
+from sparkiq.node.restore.batches import split_batch, store_key_fn
+from sparkiq.node.stores.partitionstore import PartitionStore
+
+START = 1_764_000_000_000  # 2025-11-24, ms
+END = START + 4_321
+
+
+def be(n: int, size: int) -> bytes:
+    return n.to_bytes(size, "big", signed=True)
+
+
+def session_table() -> TableDef:
+    return kstreams_table(
+        "sessions",
+        application_id="shop",
+        store="sessions",
+        store_type=StoreType.SESSION,
+        partitions=4,
+        key_serde="string",
+        value_serde="long",
+    )
+
+
+@dataclass
+class Msg:
+    """The part of a consumed message `split_batch` reads."""
+
+    p: int
+    o: int
+    k: bytes
+    v: bytes | None
+
+    def topic(self) -> str:
+        return "shop-sessions-changelog"
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.o
+
+    def key(self) -> bytes:
+        return self.k
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, START)
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class Target:
+    table: TableDef
+    store: PartitionStore
+
+    def __post_init__(self) -> None:
+        self.key_fn = store_key_fn(self.table)
+
+
+def test_a_session_changelog_batch_stores_each_session_with_its_end(tmp_path: Path) -> None:
+    table = session_table()
+    store = PartitionStore(tmp_path / "s", table, 0)
+    try:
+        target = Target(table, store)
+        # Kafka Streams merges a session: the old one deleted, the merged one written.
+        msgs = [
+            Msg(0, 0, session_changelog_key(b"k", START, START), be(1, 8)),
+            Msg(0, 1, session_changelog_key(b"k", START, START), None),
+            Msg(0, 2, session_changelog_key(b"k", END, START), be(2, 8)),
+            Msg(0, 3, session_changelog_key(b"j", END + 9, END), be(1, 8)),
+        ]
+        runs, _, _ = split_batch(msgs, {(msgs[0].topic(), 0): target}, lambda *a: None)
+        store.write(runs[(msgs[0].topic(), 0)].batch, 4)
+        rows = store.scan(lo=None, hi=None, prefix=None, after=None, limit=10)
+        got = [
+            (
+                split_window_store_key(k),
+                window_end_and_value(table, split_window_store_key(k)[1], v),
+            )
+            for k, v in rows
+        ]
+        assert got == [((b"j", END), (END + 9, be(1, 8))), ((b"k", START), (END, be(2, 8)))]
+    finally:
+        store.close()
