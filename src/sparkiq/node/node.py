@@ -36,7 +36,9 @@ from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
+from sparkiq.node.stores.cleanup import StateCleanup
 from sparkiq.node.stores.registry import StoreRegistry
+from sparkiq.node.stores.storeoptions import SharedMemory
 from sparkiq.node.watching import Watching
 
 if TYPE_CHECKING:
@@ -83,7 +85,12 @@ class Node(Watching):
         # task that opens their stores when there are many (`_on_assignment`).
         self._roles_due: tuple[set[TopicPartition], set[TopicPartition]] | None = None
         self._roles_task: asyncio.Future[None] | None = None
-        self.registry = StoreRegistry(settings.state_dir)
+        memory_mb = settings.store_memory_mb
+        self.registry = StoreRegistry(
+            settings.state_dir, SharedMemory(memory_mb << 20) if memory_mb else None
+        )
+        # Deletes the stores this node no longer holds, `state_cleanup_delay_s` after.
+        self.cleanup = StateCleanup(self.registry, settings.state_cleanup_delay_s)
         self.changes = ChangeFeed()  # what watchers of keys hear of (live reads)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -323,6 +330,11 @@ class Node(Watching):
             "partitions": partitions,
             "nodes": nodes,
             "local": describe_local(self.restorer.statuses(), self._by_topic),
+            "cleanup": {
+                "delay_s": self.cleanup.delay_s,
+                "deleted": self.cleanup.deleted,
+                "pending": [p.fields() for p in self.cleanup.pending()],
+            },
             "kafka": self.brokers.fields(),
         }
 
@@ -363,8 +375,23 @@ class Node(Watching):
         log.info("node %s joined group %s", self._url, self.settings.group_id)
 
     async def run_background(self) -> None:
-        """Periodic work: ask for a rebalance once a warming partition has caught up."""
-        await self._rebalances.run(self._stopping)
+        """Periodic work: ask for a rebalance once a warming partition has caught up; delete
+        the stores this node no longer holds once their delay is over."""
+        await asyncio.gather(self._rebalances.run(self._stopping), self._clean_state())
+
+    async def _clean_state(self) -> None:
+        every_s = self.cleanup.sweep_every_s
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=every_s)
+            if self._stopping.is_set():
+                return
+            try:
+                await asyncio.to_thread(self.cleanup.sweep)
+            except Exception:
+                # A sweep that fails (say a directory it cannot delete) is tried again later;
+                # it must not end the rebalance loop it runs beside.
+                log.exception("node %s: deleting old stores failed; retrying", self._url)
 
     async def leave(self) -> None:
         """Leave the group at once: the others take over without waiting for a timeout.
