@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkiq.core.openfiles import raise_open_file_limit
+from sparkiq.core.openfiles import LISTEN_BACKLOG, file_budget, raise_open_file_limit
 from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
@@ -36,6 +36,7 @@ from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
+from sparkiq.node.stores.capacity import StoreCapacity
 from sparkiq.node.stores.cleanup import StateCleanup
 from sparkiq.node.stores.registry import StoreRegistry
 from sparkiq.node.stores.storeoptions import SharedMemory
@@ -91,6 +92,9 @@ class Node(Watching):
         )
         # Deletes the stores this node no longer holds, `state_cleanup_delay_s` after.
         self.cleanup = StateCleanup(self.registry, settings.state_cleanup_delay_s)
+        # The stores this node has room for in its open-file limit (set at start, once the
+        # limit is raised).
+        self.store_capacity: StoreCapacity | None = None
         self.changes = ChangeFeed()  # what watchers of keys hear of (live reads)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -330,6 +334,11 @@ class Node(Watching):
             "partitions": partitions,
             "nodes": nodes,
             "local": describe_local(self.restorer.statuses(), self._by_topic),
+            "stores": {
+                "open": self.registry.open_count(),
+                "capacity": self.store_capacity.stores if self.store_capacity else None,
+                "memory_mb": self.settings.store_memory_mb,
+            },
             "cleanup": {
                 "delay_s": self.cleanup.delay_s,
                 "deleted": self.cleanup.deleted,
@@ -357,7 +366,9 @@ class Node(Watching):
         """Read the catalog, start restoring and join the group; returns once joined."""
         self._loop = asyncio.get_running_loop()
         self.changes.bind(self._loop)
-        raise_open_file_limit()
+        files = raise_open_file_limit()
+        budget = file_budget(files, LISTEN_BACKLOG, self.settings.max_connections)
+        self.store_capacity = capacity = StoreCapacity(self._url, budget)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         # A right the node lacks fails the start with one message naming it, rather than a
         # catalog never read or a partition never restored (`sparkiq.kafka.access`).
@@ -366,6 +377,7 @@ class Node(Watching):
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())
         self._catalog_loaded = True
+        capacity.check_tables(sum(t.partitions for t in self._tables.values()))
         changelogs = {t.name: t.topic for t in self._tables.values()}
         await asyncio.to_thread(self._check_rights, serving_needs(app, changelogs))
         await asyncio.to_thread(self.progress.start)
@@ -495,6 +507,8 @@ class Node(Watching):
             len(actives),
             len(standbys),
         )
+        if self.store_capacity is not None:
+            self.store_capacity.check_assignment(len(actives | standbys))
         self._roles_due = (actives, standbys)
         if self._roles_task is None or self._roles_task.done():
             opening = len((actives | standbys) - self.restorer.statuses().keys())
