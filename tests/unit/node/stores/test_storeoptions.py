@@ -144,3 +144,16 @@ def test_stores_sharing_memory_stay_within_its_budget(tmp_path: Path) -> None:
     assert memory.usage() <= budget * 1.25, memory.usage()  # RocksDB's cache is not strict
     assert all(s.get(b"k19-00999") == value for s in stores)
     registry.close_all()
+
+
+def test_a_store_with_a_few_records_holds_little_of_the_budget(tmp_path: Path) -> None:
+    memory = storeoptions.SharedMemory(256 << 20)
+    registry = StoreRegistry(tmp_path, memory)
+    table = TableDef("t", "t-changelog", 200)
+    for p in range(200):
+        registry.open(table, p).apply([(b"k", b"v" * 100)], 1)
+    # A memtable per column family, in small blocks: 20 KiB a store, not RocksDB's 2 MiB (200
+    # such stores would take 400 MB, past the memtables' share of the budget, and every
+    # write would flush).
+    assert memory.memtable_usage() <= 200 * 32 * 1024, memory.memtable_usage()
+    registry.close_all()
