@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.dev.localcluster import LocalCluster, NodeProcess
+from sparkiq.http.messages.models import Metadata
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from tests.support.e2e import Oracle, fetch_all, mismatches, produce_seeded
@@ -117,6 +118,7 @@ def test_a_partition_back_before_the_delay_resumes_from_its_checkpoint(
     away: dict[str, set[int]] = {}
     for node in (a, b):
         meta = metadata(node)
+        Metadata.model_validate(meta)  # the answer's documented shape (OpenAPI)
         away[node.url] = held(before[node.url]) - held(meta)
         pending = {p["partition"]: p for p in meta["cleanup"]["pending"]}
         # Closed at once, listed with when it goes, still on disk until then.
