@@ -80,7 +80,7 @@ async def serve_node(
     node.registry.lock()
     progress = RestoreProgress()
     metrics = HttpMetrics(access_log=settings.access_log)
-    metrics.registry.register(NodeMetrics(node, progress, group=node.member))
+    metrics.registry.register(NodeMetrics(node, progress, group=node.member, stores=node.cleanup))
     server = HttpServer(
         node,
         settings.host,

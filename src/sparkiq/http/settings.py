@@ -7,8 +7,8 @@ from it, so each is also an option of `sparkiq serve` and a `SPARKIQ_<FIELD>` va
 built by the node from its own settings (`HttpSettings.tuned`). Every field is documented and
 bounded here, once; a value out of bounds is a `ConfigError`.
 
-The connection limit (`max_connections`) defaults to what the process's open-file limit
-leaves once a reserve is kept for everything else the node opens (`default_max_connections`).
+The connection limit (`max_connections`) defaults to the connections' share of the process's
+open-file limit (`default_max_connections`, `sparkiq.core.openfiles.FileBudget`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from sparkiq.core.errors import ConfigError
-from sparkiq.core.openfiles import UNLIMITED_FILES, open_file_limit
+from sparkiq.core.openfiles import file_budget, open_file_limit
 
 # Internal query parameter of a read forwarded to a standby after its active failed: answer
 # from this node's own replica if it is at most this many offsets behind, else 503 at once.
@@ -92,9 +92,9 @@ class TunableHttpSettings(BaseModel):
         ge=1,
         description="Client connections held open at once (other nodes' included); past it a "
         "new connection is answered 503 (too_many_connections, Retry-After) and closed at "
-        "once. Default: the open-file limit (raised to its hard limit at start) less a "
-        "reserve for Kafka clients and RocksDB files (a quarter of it, at least 256) and the "
-        "listen backlog (1024), at least 128.",
+        "once. Default: a third of the open-file limit (raised to its hard limit at start) "
+        "less 256 files for Kafka clients and logs and the listen backlog (1024), at least "
+        "128; the other two thirds are the stores' (see 'Running in production').",
     )
     header_timeout_s: float = Field(
         default=10.0,
@@ -207,30 +207,18 @@ def _reasons(exc: ValidationError) -> str:
 
 # -- the connection limit's default ---------------------------------------------------------
 
-# Open files kept for everything but client connections: the Kafka clients' broker
-# connections (catalog reader, restorer, offset probes, group member), RocksDB's table files
-# (a store keeps every SST file it has open), the forwarding pool's connections to other
-# nodes, logs. A quarter of the limit, and never less than this:
-FD_RESERVE_MIN = 256
-# A connection limit never set below this, however low the open-file limit (a node that
-# cannot hold this many has to have its limit raised: ulimit -n, LimitNOFILE=).
-MIN_CONNECTIONS = 128
-
 
 def default_max_connections(open_files: int, backlog: int = 1024) -> int:
     """The connection limit a node with an open-file limit of `open_files` (RLIMIT_NOFILE's
-    soft limit; negative: unlimited) and a listen backlog of `backlog` takes by default.
+    soft limit; negative: unlimited) and a listen backlog of `backlog` takes by default: the
+    connections' share of its file budget (`sparkiq.core.openfiles.file_budget`).
 
-    What the limit leaves after the reserve (`FD_RESERVE_MIN`, or a quarter of the limit if
-    more) and the backlog: the event loop accepts every connection waiting in the listen
-    queue in one turn, before any of them is counted (and refused), so up to `backlog`
-    connections can hold a descriptor beyond the limit for a moment. At least
-    `MIN_CONNECTIONS`. E.g. 65,536 open files -> 48,128 connections; 1,024 -> 128.
+    The backlog is kept out of it: the event loop accepts every connection waiting in the
+    listen queue in one turn, before any of them is counted (and refused), so up to
+    `backlog` connections can hold a descriptor beyond the limit for a moment. E.g. 65,536
+    open files -> 21,418 connections; 1,024 -> 128.
     """
-    if open_files < 0 or open_files > UNLIMITED_FILES:
-        open_files = UNLIMITED_FILES
-    reserve = max(FD_RESERVE_MIN, open_files // 4)
-    return max(MIN_CONNECTIONS, open_files - reserve - backlog)
+    return file_budget(open_files, backlog).connections
 
 
 def connection_limit(max_connections: int | None, backlog: int) -> int:

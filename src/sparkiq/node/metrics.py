@@ -32,6 +32,10 @@ Each local replica is in exactly one state: `restoring` (active role, catching u
 | `sparkiq_misplaced_records` | gauge | table |
 | `sparkiq_table_newest_record_age_seconds` | gauge | table (once a record was applied) |
 | `sparkiq_table_last_batch_age_seconds` | gauge | table (once its pipeline committed a batch) |
+| `sparkiq_stores_open` | gauge | (given the node's `StateCleanup`) |
+| `sparkiq_store_cleanups_total` | counter | (likewise) |
+| `sparkiq_store_cleanups_pending` | gauge | (likewise) |
+| `sparkiq_store_memory_bytes` | gauge | part: budget, used, memtables (with a memory budget) |
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.group.assignor import RebalanceBytes
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restore.progress import RestoreProgress, fraction_done
+from sparkiq.node.stores.cleanup import StateCleanup
 
 
 class PartitionState(StrEnum):
@@ -143,11 +148,14 @@ class NodeMetrics(Collector):
         node: ObservedNode,
         progress: RestoreProgress | None = None,
         group: ObservedGroup | None = None,
+        stores: StateCleanup | None = None,
     ) -> None:
-        """`group`: the node's group member (`GroupMember`), for the group's series."""
+        """`group`: the node's group member (`GroupMember`), for the group's series;
+        `stores`: its `StateCleanup` (and through it its registry), for the stores' series."""
         self.node = node
         self.progress = progress
         self.group = group
+        self.stores = stores
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
@@ -321,6 +329,39 @@ class NodeMetrics(Collector):
             misplaced.add_metric((tdef.name,), node.misplaced_records(tdef.name))
         yield misplaced
         yield from _freshness(node, tables)
+        if self.stores is not None:
+            yield from _stores(self.stores)
+
+
+def _stores(cleanup: StateCleanup) -> Iterator[Metric]:
+    registry = cleanup.registry
+    yield GaugeMetricFamily(
+        "sparkiq_stores_open", "RocksDB stores this node holds open.", value=registry.open_count()
+    )
+    yield CounterMetricFamily(
+        "sparkiq_store_cleanups",
+        "Store directories deleted because the node no longer held their partitions for "
+        "--state-cleanup-delay-s (quarantined copies included), since the node started.",
+        value=cleanup.deleted,
+    )
+    yield GaugeMetricFamily(
+        "sparkiq_store_cleanups_pending",
+        "Store directories on disk that are not open here, to be deleted once their delay "
+        "is over (listed in /v1/metadata under cleanup).",
+        value=len(cleanup.pending()),
+    )
+    memory = registry.memory
+    if memory is not None:
+        family = GaugeMetricFamily(
+            "sparkiq_store_memory_bytes",
+            "The memory budget all stores share (--store-memory-mb), what is charged to it "
+            "(cached blocks and memtables), and the memtables' part.",
+            labels=("part",),
+        )
+        family.add_metric(("budget",), memory.budget_bytes)
+        family.add_metric(("used",), memory.usage())
+        family.add_metric(("memtables",), memory.memtable_usage())
+        yield family
 
 
 def _freshness(node: ObservedNode, tables: Sequence[TableDef]) -> Iterator[Metric]:

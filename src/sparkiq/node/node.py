@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkiq.core.openfiles import raise_open_file_limit
+from sparkiq.core.openfiles import LISTEN_BACKLOG, file_budget, raise_open_file_limit
 from sparkiq.core.progress import PipelineProgress
 from sparkiq.core.queries import ReplicaRole
 from sparkiq.core.tables import TableDef
@@ -36,7 +36,10 @@ from sparkiq.node.group.rebalance import RebalanceAsker
 from sparkiq.node.metadata import describe_local, describe_map
 from sparkiq.node.restore import ReplicaState, Restorer
 from sparkiq.node.settings import NodeSettings
+from sparkiq.node.stores.capacity import StoreCapacity
+from sparkiq.node.stores.cleanup import StateCleanup
 from sparkiq.node.stores.registry import StoreRegistry
+from sparkiq.node.stores.storeoptions import SharedMemory
 from sparkiq.node.watching import Watching
 
 if TYPE_CHECKING:
@@ -83,7 +86,15 @@ class Node(Watching):
         # task that opens their stores when there are many (`_on_assignment`).
         self._roles_due: tuple[set[TopicPartition], set[TopicPartition]] | None = None
         self._roles_task: asyncio.Future[None] | None = None
-        self.registry = StoreRegistry(settings.state_dir)
+        memory_mb = settings.store_memory_mb
+        self.registry = StoreRegistry(
+            settings.state_dir, SharedMemory(memory_mb << 20) if memory_mb else None
+        )
+        # Deletes the stores this node no longer holds, `state_cleanup_delay_s` after.
+        self.cleanup = StateCleanup(self.registry, settings.state_cleanup_delay_s)
+        # The stores this node has room for in its open-file limit (set at start, once the
+        # limit is raised).
+        self.store_capacity: StoreCapacity | None = None
         self.changes = ChangeFeed()  # what watchers of keys hear of (live reads)
         self.restorer = Restorer(
             settings.bootstrap_servers,
@@ -323,6 +334,16 @@ class Node(Watching):
             "partitions": partitions,
             "nodes": nodes,
             "local": describe_local(self.restorer.statuses(), self._by_topic),
+            "stores": {
+                "open": self.registry.open_count(),
+                "capacity": self.store_capacity.stores if self.store_capacity else None,
+                "memory_mb": self.settings.store_memory_mb,
+            },
+            "cleanup": {
+                "delay_s": self.cleanup.delay_s,
+                "deleted": self.cleanup.deleted,
+                "pending": [p.fields() for p in self.cleanup.pending()],
+            },
             "kafka": self.brokers.fields(),
         }
 
@@ -345,7 +366,9 @@ class Node(Watching):
         """Read the catalog, start restoring and join the group; returns once joined."""
         self._loop = asyncio.get_running_loop()
         self.changes.bind(self._loop)
-        raise_open_file_limit()
+        files = raise_open_file_limit()
+        budget = file_budget(files, LISTEN_BACKLOG, self.settings.max_connections)
+        self.store_capacity = capacity = StoreCapacity(self._url, budget)
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         # A right the node lacks fails the start with one message naming it, rather than a
         # catalog never read or a partition never restored (`sparkiq.kafka.access`).
@@ -354,6 +377,7 @@ class Node(Watching):
         await asyncio.to_thread(self.catalog.start)
         self._set_tables(self.catalog.tables())
         self._catalog_loaded = True
+        capacity.check_tables(sum(t.partitions for t in self._tables.values()))
         changelogs = {t.name: t.topic for t in self._tables.values()}
         await asyncio.to_thread(self._check_rights, serving_needs(app, changelogs))
         await asyncio.to_thread(self.progress.start)
@@ -363,8 +387,23 @@ class Node(Watching):
         log.info("node %s joined group %s", self._url, self.settings.group_id)
 
     async def run_background(self) -> None:
-        """Periodic work: ask for a rebalance once a warming partition has caught up."""
-        await self._rebalances.run(self._stopping)
+        """Periodic work: ask for a rebalance once a warming partition has caught up; delete
+        the stores this node no longer holds once their delay is over."""
+        await asyncio.gather(self._rebalances.run(self._stopping), self._clean_state())
+
+    async def _clean_state(self) -> None:
+        every_s = self.cleanup.sweep_every_s
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=every_s)
+            if self._stopping.is_set():
+                return
+            try:
+                await asyncio.to_thread(self.cleanup.sweep)
+            except Exception:
+                # A sweep that fails (say a directory it cannot delete) is tried again later;
+                # it must not end the rebalance loop it runs beside.
+                log.exception("node %s: deleting old stores failed; retrying", self._url)
 
     async def leave(self) -> None:
         """Leave the group at once: the others take over without waiting for a timeout.
@@ -468,6 +507,8 @@ class Node(Watching):
             len(actives),
             len(standbys),
         )
+        if self.store_capacity is not None:
+            self.store_capacity.check_assignment(len(actives | standbys))
         self._roles_due = (actives, standbys)
         if self._roles_task is None or self._roles_task.done():
             opening = len((actives | standbys) - self.restorer.statuses().keys())

@@ -59,6 +59,23 @@ class NodeSettings(TunableHttpSettings, BaseSettings):
         description="Directory of this node's RocksDB stores; reused across restarts so "
         "only the changelog tail is replayed.",
     )
+    state_cleanup_delay_s: float = Field(
+        600.0,
+        ge=0,
+        description="The store of a partition this node no longer holds (neither active, "
+        "standby nor warming) is closed at once and its directory deleted after this many "
+        "seconds, unless the partition comes back first (it then resumes from its "
+        "checkpoint); quarantined copies of failed stores are deleted as long after they "
+        "were moved aside. Like Kafka Streams' state.cleanup.delay.ms.",
+    )
+    store_memory_mb: int = Field(
+        256,
+        ge=0,
+        description="Memory all of this node's RocksDB stores share, in MiB: one block cache "
+        "that their memtables (up to half of it) are charged to as well; 0 leaves each store "
+        "to RocksDB's defaults (a 32 MiB cache and 64 MiB memtables per store, unbounded in "
+        "all). The process uses this plus its own overhead (see 'Running in production').",
+    )
     standby_replicas: int = Field(
         1, ge=0, description="Standby copies of every partition, kept on other nodes."
     )

@@ -1,10 +1,12 @@
-"""Node metrics read at scrape time (node/metrics.py), from a fake node and restorer."""
+"""Node metrics read at scrape time (node/metrics.py), from a fake node and restorer (and
+real stores for the stores' series)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,6 +18,9 @@ from sparkiq.node.freshness import TableFreshness
 from sparkiq.node.metrics import NodeMetrics, PartitionState
 from sparkiq.node.restore import PartitionStatus, ReplicaState
 from sparkiq.node.restore.progress import RestoreProgress
+from sparkiq.node.stores.cleanup import StateCleanup
+from sparkiq.node.stores.registry import StoreRegistry
+from sparkiq.node.stores.storeoptions import SharedMemory
 
 ME, OTHER = "http://127.0.0.1:8101", "http://127.0.0.1:8102"
 USERS = TableDef("users", "users-changelog", 4)
@@ -226,3 +231,33 @@ def test_freshness_per_table_once_known(node: FakeNode) -> None:
     orders_batch = value(r, "sparkiq_table_last_batch_age_seconds", table="orders")
     assert orders_batch is not None
     assert orders_batch >= 60
+
+
+def test_the_stores_series_come_from_the_registry_and_its_cleanup(
+    node: FakeNode, tmp_path: Path
+) -> None:
+    memory = SharedMemory(64 << 20)
+    stores = StoreRegistry(tmp_path, memory)
+    cleanup = StateCleanup(stores, 0.0)
+    for p in range(3):
+        stores.open(USERS, p).apply([(b"k", b"v" * 100)], 1)
+    stores.close(USERS.name, 2)
+    stores.close(USERS.name, 1)
+    registry = CollectorRegistry()
+    registry.register(NodeMetrics(node, stores=cleanup))
+    assert registry.get_sample_value("sparkiq_stores_open") == 1
+    assert registry.get_sample_value("sparkiq_store_cleanups_pending") == 2
+    assert registry.get_sample_value("sparkiq_store_cleanups_total") == 0
+    assert registry.get_sample_value("sparkiq_store_memory_bytes", {"part": "budget"}) == (64 << 20)
+    used = registry.get_sample_value("sparkiq_store_memory_bytes", {"part": "used"})
+    assert used is not None
+    assert used > 0  # the open store's memtables
+    cleanup.sweep()
+    assert registry.get_sample_value("sparkiq_store_cleanups_total") == 2
+    assert registry.get_sample_value("sparkiq_store_cleanups_pending") == 0
+    stores.close_all()
+    # A node without a budget has no memory series.
+    bare = CollectorRegistry()
+    bare.register(NodeMetrics(node, stores=StateCleanup(StoreRegistry(tmp_path / "b"), 1.0)))
+    assert bare.get_sample_value("sparkiq_store_memory_bytes", {"part": "budget"}) is None
+    assert scrape(node).get_sample_value("sparkiq_stores_open") is None  # not given: absent

@@ -15,6 +15,7 @@ from types import TracebackType
 
 from sparkiq.auth import AuthConfig
 from sparkiq.core.errors import ConfigError
+from sparkiq.core.openfiles import LISTEN_BACKLOG
 from sparkiq.http.app.dispatch import HttpApi
 from sparkiq.http.app.nodeapp import NodeApp
 from sparkiq.http.forwarder import Forwarder
@@ -37,7 +38,7 @@ class HttpServer:
         *,
         forwarder: Forwarder | None = None,
         metrics: HttpMetrics | None = None,
-        backlog: int = 1024,
+        backlog: int = LISTEN_BACKLOG,
         auth: AuthConfig | None = None,
         tls: TlsConfig | None = None,
     ) -> None:

@@ -336,6 +336,36 @@ class PeerReplicas(BaseModel):
     )
 
 
+class LocalStores(BaseModel):
+    """The answering node's RocksDB stores."""
+
+    open: Count = Field(description="Stores open now.")
+    capacity: Count | None = Field(
+        description="Stores its open-file limit leaves room for beside its connections (null "
+        "before it started)."
+    )
+    memory_mb: Count = Field(description="--store-memory-mb: the memory they share (0: none).")
+
+
+class PendingCleanup(BaseModel):
+    """A store directory the node no longer holds, deleted unless its partition comes back."""
+
+    table: str
+    partition: Count
+    path: str
+    quarantined: bool = Field(description="A failed store's copy, moved aside.")
+    closed_ms: int = Field(description="When it was closed (or moved aside), epoch ms.")
+    delete_at_ms: int = Field(description="When it is deleted, epoch ms.")
+
+
+class StoreCleanup(BaseModel):
+    """The stores the answering node deletes after --state-cleanup-delay-s."""
+
+    delay_s: float = Field(ge=0, description="--state-cleanup-delay-s.")
+    deleted: Count = Field(description="Store directories deleted since the node started.")
+    pending: list[PendingCleanup] = Field(description="Those waiting, soonest first.")
+
+
 class Metadata(BaseModel):
     """The answering node's view of the cluster."""
 
@@ -354,6 +384,8 @@ class Metadata(BaseModel):
     partitions: list[PartitionMap]
     nodes: list[NodeMap]
     local: list[LocalReplicaStatus]
+    stores: LocalStores
+    cleanup: StoreCleanup
     kafka: KafkaContact
     peers: dict[str, PeerReplicas] | None = Field(
         default=None,

@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sparkiq.core.openfiles import open_file_limit
+from sparkiq.core.openfiles import LISTEN_BACKLOG, open_file_limit
 from sparkiq.http.messages.wire import answer_head
 from sparkiq.http.seam import REQUEST_ID, App
 from sparkiq.http.server.connection import Connection
@@ -83,7 +83,7 @@ class LoopServer(Collector):
         port: int,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        backlog: int = 1024,
+        backlog: int = LISTEN_BACKLOG,
         max_connections: int | None = None,
         header_timeout_s: float = 10.0,
         idle_timeout_s: float = 75.0,

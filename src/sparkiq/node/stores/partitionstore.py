@@ -52,7 +52,7 @@ from sparkiq.core.errors import (
 from sparkiq.core.queries import Order
 from sparkiq.core.tables import TableDef
 from sparkiq.node.stores.storemeta import META_CF, OFFSET_KEY, TABLE_KEY, compatible, mismatch
-from sparkiq.node.stores.storeoptions import store_options, write_options
+from sparkiq.node.stores.storeoptions import SharedMemory, store_options, write_options
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,9 @@ class PartitionStore:
         table: TableDef,
         partition: int,
         on_fault: FaultListener | None = None,
+        memory: SharedMemory | None = None,
     ) -> None:
+        """*memory*: the budget the node's stores share (None: RocksDB's defaults)."""
         if not 0 <= partition < table.partitions:
             raise StoreError(
                 f"table {table.name!r} has partitions 0..{table.partitions - 1}, "
@@ -116,7 +118,9 @@ class PartitionStore:
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._db = Rdict(
-                str(path), store_options(table), column_families={META_CF: store_options()}
+                str(path),
+                store_options(table, memory),
+                column_families={META_CF: store_options(None, memory)},
             )
         except Exception as exc:
             if "LOCK" in str(exc):  # RocksDB names its lock file in the message

@@ -5,6 +5,7 @@ Layout of a node's state dir::
     <state_dir>/<table name>/<partition>/      one RocksDB database (`PartitionStore`)
     <state_dir>/.lock                          held by the one node that uses the dir
     <state_dir>/.quarantine/                   failed stores, the newest per partition
+    <state_dir>/.trash/                        store dirs being deleted (`discard`)
 
 A store's own format (column families, checkpoint, writes without the WAL) is described in
 `sparkiq.node.stores.partitionstore`.
@@ -23,9 +24,11 @@ from sparkiq.core.errors import StateDirLockedError, StorageFault, StoreError
 from sparkiq.core.tables import TableDef
 from sparkiq.node.stores.partitionstore import FaultListener, PartitionStore
 from sparkiq.node.stores.storemeta import compatible, mismatch, read_store_meta
+from sparkiq.node.stores.storeoptions import SharedMemory
 
 LOCK_FILE = ".lock"  # in the state dir: held by the one node that uses it
 QUARANTINE_DIR = ".quarantine"  # in the state dir: failed stores, the newest per partition
+TRASH_DIR = ".trash"  # in the state dir: store dirs moved out of the way to be deleted
 
 
 class StoreRegistry:
@@ -33,13 +36,18 @@ class StoreRegistry:
 
     `lock()` makes the state dir this process's alone (another node started on it fails at
     once); `on_fault` hears of every store whose files fail it; `quarantine` moves a failed
-    store's directory aside so the partition can be rebuilt in its place.
+    store's directory aside so the partition can be rebuilt in its place; `discard` deletes
+    the directory of a store that is not open (`sparkiq.node.stores.cleanup` decides when).
+    *memory*: the budget all its stores share (None: RocksDB's defaults, per store).
     """
 
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, memory: SharedMemory | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.memory = memory
         self._open: dict[tuple[str, int], PartitionStore] = {}
+        # (table name, partition) -> time.time() its store was last closed, while it is not open.
+        self._closed_at: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self.on_fault: FaultListener | None = None
@@ -87,9 +95,10 @@ class StoreRegistry:
                     raise mismatch(store.path, store.table, table)
                 return store
             store = PartitionStore(
-                self.path_for(table.name, partition), table, partition, self._fault
+                self.path_for(table.name, partition), table, partition, self._fault, self.memory
             )
             self._open[key] = store
+            self._closed_at.pop(key, None)
             return store
 
     def _fault(self, store: PartitionStore, fault: StorageFault) -> None:
@@ -134,6 +143,8 @@ class StoreRegistry:
         """Close a store and leave it on disk (a later open resumes from its checkpoint)."""
         with self._lock:
             store = self._open.pop((table_name, partition), None)
+            if store is not None:
+                self._closed_at[(table_name, partition)] = time.time()
         if store is not None:
             store.close()
 
@@ -142,6 +153,75 @@ class StoreRegistry:
             stores, self._open = list(self._open.values()), {}
         for store in stores:
             store.close()
+
+    def open_count(self) -> int:
+        """Stores open now."""
+        return len(self._open)
+
+    def closed_stores(self) -> dict[tuple[str, int], tuple[Path, float | None]]:
+        """(table name, partition) -> (directory, when this registry closed it, or None if it
+        never opened it) of every store directory in the state dir that is not open."""
+        with self._lock:
+            open_now = set(self._open)
+            closed_at = dict(self._closed_at)
+        found: dict[tuple[str, int], tuple[Path, float | None]] = {}
+        for key, path in self._store_dirs():
+            if key not in open_now:
+                found[key] = (path, closed_at.get(key))
+        return found
+
+    def quarantined(self) -> list[tuple[Path, str, int, float]]:
+        """(directory, table name, partition, when it was moved aside) of each quarantined
+        store."""
+        aside = self.state_dir / QUARANTINE_DIR
+        out: list[tuple[Path, str, int, float]] = []
+        if not aside.is_dir():
+            return out
+        for path in sorted(aside.iterdir()):
+            table, _, rest = path.name.rpartition(".")
+            table, _, partition = table.rpartition(".")
+            if table and partition.isdigit() and rest.isdigit():
+                out.append((path, table, int(partition), int(rest) / 1000))
+        return out
+
+    def discard(self, table_name: str, partition: int) -> bool:
+        """Delete the directory of the store of (table, partition) unless it is open; whether
+        it did. An `open` meanwhile waits for the directory to be out of the way (a rename
+        under the lock) and starts an empty store."""
+        with self._lock:
+            if (table_name, partition) in self._open:
+                return False
+            source = self.path_for(table_name, partition)
+            trash = self.state_dir / TRASH_DIR
+            trash.mkdir(exist_ok=True)
+            target = trash / f"{table_name}.{partition}.{time.time_ns()}"
+            try:
+                source.rename(target)
+            except FileNotFoundError:
+                return False
+            self._closed_at.pop((table_name, partition), None)
+        shutil.rmtree(target, ignore_errors=True)
+        return True
+
+    def empty_trash(self) -> None:
+        """Delete what a discard left in the trash (the process died while deleting)."""
+        trash = self.state_dir / TRASH_DIR
+        if trash.is_dir():
+            for path in trash.iterdir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _store_dirs(self) -> list[tuple[tuple[str, int], Path]]:
+        """((table name, partition), directory) of every store directory in the state dir."""
+        out: list[tuple[tuple[str, int], Path]] = []
+        if not self.state_dir.is_dir():
+            return out
+        for table_dir in sorted(self.state_dir.iterdir()):
+            if not table_dir.is_dir() or table_dir.name in (QUARANTINE_DIR, TRASH_DIR):
+                continue
+            for part_dir in sorted(table_dir.iterdir()):
+                if part_dir.is_dir() and part_dir.name.isdigit():
+                    out.append(((table_dir.name, int(part_dir.name)), part_dir))
+        return out
 
     def on_disk(self) -> dict[tuple[str, int], int]:
         """(table name, partition) -> next_offset of every store in the state dir."""
@@ -152,21 +232,13 @@ class StoreRegistry:
         with self._lock:
             open_now = dict(self._open)
         found: dict[tuple[str, int], tuple[TableDef, int]] = {}
-        if not self.state_dir.is_dir():
-            return found
-        for table_dir in sorted(self.state_dir.iterdir()):
-            if not table_dir.is_dir() or table_dir.name == QUARANTINE_DIR:
-                continue
-            for part_dir in sorted(table_dir.iterdir()):
-                if not (part_dir.is_dir() and part_dir.name.isdigit()):
-                    continue
-                key = (table_dir.name, int(part_dir.name))
-                store = open_now.get(key)
-                table: TableDef | None
-                if store is not None:
-                    table, offset = store.table, store.next_offset
-                else:
-                    table, offset = read_store_meta(part_dir)
-                if table is not None and offset is not None:
-                    found[key] = (table, offset)
+        for key, part_dir in self._store_dirs():
+            store = open_now.get(key)
+            table: TableDef | None
+            if store is not None:
+                table, offset = store.table, store.next_offset
+            else:
+                table, offset = read_store_meta(part_dir)
+            if table is not None and offset is not None:
+                found[key] = (table, offset)
         return found

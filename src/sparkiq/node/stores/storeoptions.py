@@ -1,9 +1,25 @@
 """RocksDB options of a partition store (`sparkiq.node.stores.partitionstore`): its database, its
-column families and its writes."""
+column families and its writes; the memory all stores of a node share (`SharedMemory`) and the
+files each keeps open (`FILES_PER_STORE`).
+
+A node holds one RocksDB per partition, hundreds of them. Left to its defaults, each has its
+own block cache (32 MB), memtables of up to 64 MB per column family and every table file
+open, so memory and descriptors grow with the number of stores and their data. Here every
+store of a node charges its memtables and cached blocks (index and filter blocks included)
+to one LRU cache (`SharedMemory`, `--store-memory-mb`), and keeps at most `TABLE_FILES`
+table files open.
+"""
 
 from __future__ import annotations
 
-from rocksdict import DBCompressionType, Options, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompressionType,
+    Options,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 from sparkiq.core.tables import TableDef
 
@@ -15,11 +31,72 @@ _MANIFEST_BYTES = 4 << 20  # the MANIFEST (a record per flush and compaction) is
 # entries): the files that window retention fills with deletes (see `store_options`).
 _DELETES_WINDOW, _DELETES_IN_WINDOW, _DELETES_RATIO = 1_000, 500, 0.5
 
+# Table (.sst) files a store keeps open at once; one it needs beyond them is opened for the
+# read and closed (RocksDB's table cache). RocksDB sets 10 of `max_open_files` aside for its
+# other files and takes no value below 20.
+TABLE_FILES = 10
+_MAX_OPEN_FILES = TABLE_FILES + 10
+# Descriptors one open store may hold: its table files and the rest, measured on Linux (the
+# directory, LOCK, the info LOG, the MANIFEST, the write-ahead log and the next one while a
+# memtable is switched, a table file being written by a flush or a compaction and the one
+# being read to it); tests/unit/node/stores/test_storeoptions.py holds a store to it.
+FILES_PER_STORE = TABLE_FILES + 8
+# The share of the memory budget the memtables may take before RocksDB flushes the largest.
+_WRITE_BUFFER_SHARE = 0.5
+# A memtable takes memory in blocks of this size, the meta column family's (a checkpoint,
+# always written) in smaller ones, and every store that took a write holds one of each
+# against the budget. With RocksDB's default, 1 MiB, 8 stores of a few KB each held 16 MiB,
+# and were flushed at every write past that; with 64 KiB blocks 1,000 stores held 128
+# MB, the memtables' whole share of 256 MB, and took 24k writes/s in bench_stores.py where
+# 16 KiB blocks took 74k (91k without the budget).
+_ARENA_BLOCK_BYTES = 16 << 10
+_META_ARENA_BLOCK_BYTES = 4 << 10  # RocksDB's smallest
 
-def store_options(table: TableDef | None = None) -> Options:
+
+class SharedMemory:
+    """One block cache and one write-buffer manager shared by all stores of a node.
+
+    Memtables are charged to the cache (RocksDB's `WriteBufferManager` with a cache), so
+    cached blocks and memtables together stay near `budget_bytes`; once memtables pass half
+    of it, RocksDB flushes the largest one. Reads of blocks past the budget evict others.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.cache = Cache(budget_bytes)
+        self.write_buffers = WriteBufferManager.new_write_buffer_manager_with_cache(
+            int(budget_bytes * _WRITE_BUFFER_SHARE), False, self.cache
+        )
+
+    def usage(self) -> int:
+        """Bytes charged to the budget now (cached blocks and memtables)."""
+        return self.cache.get_usage()
+
+    def memtable_usage(self) -> int:
+        """Bytes of memtables of all stores now."""
+        return self.write_buffers.get_usage()
+
+
+def store_options(table: TableDef | None = None, memory: SharedMemory | None = None) -> Options:
     """Options of a store's database and of its data column family (*table*: the table it
-    holds), or, without a table, of its meta column family."""
+    holds), or, without a table, of its meta column family; with *memory*, its memtables and
+    blocks are charged to that budget (without: RocksDB's defaults, a cache per store)."""
     opts = Options(raw_mode=True)
+    opts.set_max_open_files(_MAX_OPEN_FILES)
+    # One shard for the table cache: split in RocksDB's 64 shards, 10 files gave each less
+    # than one, and 42 of a store's 50 table files stayed open.
+    opts.set_table_cache_num_shard_bits(0)
+    if memory is not None:
+        tables = BlockBasedOptions()
+        tables.set_block_cache(memory.cache)
+        # Index and filter blocks count against the budget too (by default each table file
+        # open holds its own, outside any cache); those of level 0, read on every lookup,
+        # stay pinned.
+        tables.set_cache_index_and_filter_blocks(True)
+        tables.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        opts.set_block_based_table_factory(tables)
+        opts.set_write_buffer_manager(memory.write_buffers)
+        opts.set_arena_block_size(_ARENA_BLOCK_BYTES if table else _META_ARENA_BLOCK_BYTES)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     # A node holds many small stores on a 2-core box: keep RocksDB's own threads modest.

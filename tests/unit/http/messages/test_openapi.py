@@ -122,6 +122,21 @@ class NodeShapedView(StaticView):
                 {"url": u, "active": [], "standby": [], "warming": [], "lags": {}} for u in (A, B)
             ],
             "local": [],
+            "stores": {"open": 2, "capacity": 693, "memory_mb": 256},
+            "cleanup": {
+                "delay_s": 600.0,
+                "deleted": 1,
+                "pending": [
+                    {
+                        "table": USERS.name,
+                        "partition": 1,
+                        "path": "/state/users/1",
+                        "quarantined": False,
+                        "closed_ms": 1_790_000_000_000,
+                        "delete_at_ms": 1_790_000_600_000,
+                    }
+                ],
+            },
             "kafka": self.kafka_contact(),
         }
 

@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 
 from sparkiq.core.errors import ConfigError
+from sparkiq.core.openfiles import MIN_CONNECTIONS, OTHER_FILES, file_budget
 from sparkiq.core.tables import TableDef
 from sparkiq.dev.ports import free_port
 from sparkiq.http import HttpApi, HttpSettings
@@ -30,8 +31,6 @@ from sparkiq.http.app.server import HttpServer
 from sparkiq.http.server.loopserver import LoopServer
 from sparkiq.http.server.plainlane import not_plain, plain_get
 from sparkiq.http.settings import (
-    FD_RESERVE_MIN,
-    MIN_CONNECTIONS,
     connection_limit,
     default_max_connections,
     open_file_limit,
@@ -544,19 +543,26 @@ async def test_a_request_begun_is_given_the_request_timeout_not_the_header_timeo
 
 
 def test_the_default_connection_limit_follows_the_open_file_limit() -> None:
-    # A quarter of the limit (at least 256) and the listen backlog are kept; at least 128.
-    assert default_max_connections(65_536) == 65_536 - 16_384 - 1024
-    assert default_max_connections(1_048_576) == 1_048_576 - 262_144 - 1024
-    assert default_max_connections(4096) == 4096 - 1024 - 1024
-    assert default_max_connections(2048, backlog=128) == 2048 - 512 - 128
-    assert default_max_connections(1000, backlog=0) == 1000 - FD_RESERVE_MIN
+    # A third of what 256 other files and the listen backlog leave (the stores get the rest);
+    # at least 128.
+    assert default_max_connections(65_536) == (65_536 - OTHER_FILES - 1024) // 3 == 21_418
+    assert default_max_connections(1_048_576) == (1_048_576 - 256 - 1024) // 3
+    assert default_max_connections(4096) == (4096 - 256 - 1024) // 3
+    assert default_max_connections(2048, backlog=128) == (2048 - 256 - 128) // 3
+    assert default_max_connections(1000, backlog=0) == (1000 - 256) // 3
+    assert default_max_connections(600) == MIN_CONNECTIONS
     assert default_max_connections(1024) == MIN_CONNECTIONS
     assert default_max_connections(0) == MIN_CONNECTIONS
     assert default_max_connections(-1) == default_max_connections(1 << 20)  # unlimited
     limits = range(0, 200_000, 997)
     defaults = [default_max_connections(n) for n in limits]
     assert defaults == sorted(defaults)
-    assert all(d <= n - n // 4 - 1024 for n, d in zip(limits, defaults, strict=True) if n > 4096)
+    # Two thirds are left for the stores once the limit is past a few thousand.
+    for n, d in zip(limits, defaults, strict=True):
+        budget = file_budget(n, 1024)
+        assert budget.connections == d
+        if n > 4096:
+            assert budget.for_stores >= 2 * d
     # What a server takes when none is given: the default of this process's limit.
     assert connection_limit(None, 1024) == default_max_connections(open_file_limit(), 1024)
     assert connection_limit(7, 1024) == 7

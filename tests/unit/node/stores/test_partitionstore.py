@@ -253,8 +253,8 @@ from sparkiq.core.tables import TableDef
 if os.environ.get("SMALL_MEMTABLES"):
     default_options = store_mod.store_options
 
-    def small_memtables(table=None):
-        opts = default_options(table)
+    def small_memtables(table=None, memory=None):
+        opts = default_options(table, memory)
         opts.set_write_buffer_size(64 * 1024)
         return opts
 
