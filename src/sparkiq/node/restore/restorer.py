@@ -47,7 +47,7 @@ from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.restore.batches import StoreKeyFn, split_batch
 from sparkiq.node.restore.ends import EndProbe, disk_lags
 from sparkiq.node.restore.expiry import WindowExpiry
-from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
+from sparkiq.node.restore.fetch import Fetching, new_consumer, next_batch
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
 from sparkiq.node.restore.truncation import go_on_from_log_start, log_bounds
@@ -229,7 +229,7 @@ class Restorer(Healing):
                     if not fetching:
                         self._dirty.wait(poll_s)
                     else:
-                        messages = consumer.consume(BATCH_SIZE, poll_s)
+                        messages = next_batch(consumer, poll_s)
                         if messages:
                             self._apply(fetching, messages)
                     flushing = self._finish_restores()
