@@ -101,13 +101,13 @@ class Replica:
     def wal(self) -> bool:
         """Whether writes go through RocksDB's write-ahead log.
 
-        Not while RESTORING: reads see those writes all the same (they are in the memtable);
-        only durability waits, and a crash loses data and checkpoint together, so the restore
-        resumes from the last flushed checkpoint. The store flushes before the next write
-        that uses the WAL, and `check_caught_up` flushes before declaring the partition
-        ACTIVE.
+        Not while RESTORING, nor after until the store has persisted what it wrote without
+        it (`settle`): reads see those writes all the same (they are in the memtable); only
+        durability waits, and a crash loses data and checkpoint together, so the changelog
+        is read again from the last flushed checkpoint. A write with the WAL on top of
+        unflushed ones would first have to flush them, holding the restorer thread.
         """
-        return self.state is not ReplicaState.RESTORING
+        return self.state is not ReplicaState.RESTORING and not self.store.unflushed
 
     def set_role(self, active: bool) -> None:
         if active == self.is_active:
@@ -192,15 +192,25 @@ class Replica:
     def check_caught_up(self) -> bool:
         """Moves RESTORING -> ACTIVE once the target is reached; True if it did.
 
-        The store is flushed first, so an ACTIVE partition's data is on disk. The bulk of
-        that runs in RocksDB's background: this starts it and returns False until it has
-        finished, so the restorer thread goes on with other partitions meanwhile.
+        It serves reads at once: its store persists what it wrote without the WAL after that,
+        in RocksDB's background (`settle`), so the restore's last flush is not part of the
+        time to ACTIVE (it was 5-15% of a 1M-record restore, `benchmarks/bench_restore.py`).
         """
-        if not self.reached_target() or self.store.start_flush():
+        if not self.reached_target():
             return False
-        self.store.flush()  # what was written since the background flush, and the checkpoint
         self.state = ReplicaState.ACTIVE
         return True
+
+    def settle(self) -> bool:
+        """Persist what the store wrote without the WAL once the replica is no longer
+        RESTORING, the bulk in RocksDB's background; True while that is under way (call it
+        again until False; writes skip the WAL until then, see `wal`)."""
+        if self.state in (ReplicaState.RESTORING, ReplicaState.FAILED) or not self.store.unflushed:
+            return False
+        if self.store.start_flush():
+            return True
+        self.store.flush()  # what was written since the background flush, and the checkpoint
+        return False
 
     def status(self) -> PartitionStatus:
         return PartitionStatus(

@@ -23,7 +23,9 @@ An active partition is RESTORING until its position reaches the true end offset 
 when it was assigned (`sparkiq.kafka.offsets.true_end_offsets`, which also works on the dev
 broker whose reported end is short), then ACTIVE. Standbys are STANDBY and follow forever.
 Each consumed batch becomes one `PartitionStore.write` per partition: data and checkpoint
-in one write, without the write-ahead log while RESTORING (flushed before ACTIVE).
+in one write, without the write-ahead log while RESTORING; those writes are flushed in
+RocksDB's background once the partition is ACTIVE (it serves reads meanwhile), and writes
+use the log again from then on.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from concurrent.futures import Future
 
 from confluent_kafka import Consumer, Message
@@ -446,14 +448,15 @@ class Restorer(Healing):
                     self.truncated_offsets[key] = self.truncated_offsets.get(key, 0) + skipped
             if watched and feed is not None:
                 feed.publish(messages, watched)
-            self._publish()
+            self._publish(runs.keys() | eofs.keys() | out_of_range.keys())
         if out_of_step:
             self._dirty.set()
         if failure is not None:
             raise failure
 
     def _finish_restores(self) -> bool:
-        """Turn RESTORING replicas at their target ACTIVE once their stores are flushed.
+        """Turn RESTORING replicas at their target ACTIVE; persist what the stores of the
+        others wrote without the write-ahead log (`Replica.settle`).
 
         True while a store is still flushing, so the caller comes back soon.
         """
@@ -461,13 +464,11 @@ class Restorer(Healing):
         with self._lock:
             try:
                 for replica in self._replicas.values():
-                    if replica.reached_target():
-                        try:
-                            done = replica.check_caught_up()
-                        except StorageFault:
-                            continue  # the replica is FAILED (`_on_fault`); healed later
-                        changed |= done
-                        flushing |= not done
+                    try:
+                        changed |= replica.check_caught_up()
+                        flushing |= replica.settle()
+                    except StorageFault:
+                        continue  # the replica is FAILED (`_on_fault`); healed later
             finally:
                 if changed:
                     self._publish()
@@ -520,10 +521,21 @@ class Restorer(Healing):
         if lags is not None:
             self._disk_lags = lags
 
-    def _publish(self) -> None:
-        """Replace the snapshots readers see (caller holds the lock)."""
-        self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
-        self._stores = {tp: r.store for tp, r in self._replicas.items()}
+    def _publish(self, changed: Iterable[TopicPartition] | None = None) -> None:
+        """Replace the snapshots readers see (caller holds the lock); *changed*: only the
+        statuses of those partitions changed, not which replicas and stores there are (a
+        caught-up restorer applies a batch per record or few, so its cost stays per batch,
+        not per replica)."""
+        if changed is None:
+            self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
+            self._stores = {tp: r.store for tp, r in self._replicas.items()}
+            return
+        statuses = dict(self._statuses)
+        for tp in changed:
+            replica = self._replicas.get(tp)
+            if replica is not None:
+                statuses[tp] = replica.status()
+        self._statuses = statuses
 
     def _notify(self) -> None:
         if self._on_change is not None:
