@@ -6,6 +6,8 @@ holds every partition as active. Once the node is ready:
 
 1. Idle CPU: the node's CPU time over `--idle` s with nothing produced (every partition
    caught up, its fetches parked at the broker), by thread; it must stay low (no spinning).
+   Then its CPU over as long with the update stream of 2. running and no watch open: what
+   applying the stream costs the node.
 2. Apply lag, `--duration` s: a steady stream of `--rate` updates/s to random keys, each
    value carrying the time it was sent (`{"seq": n, "t": <monotonic send time>}`;
    CLOCK_MONOTONIC is system-wide, so the processes' stamps compare). For every update:
@@ -324,6 +326,13 @@ def main() -> None:
                     for name, share in sorted(idle.items(), key=lambda kv: -kv[1])[:6]
                 )
                 print(f"idle node, {args.idle:.0f} s: CPU share of one core: {threads}")
+                updates = Updates(producer, table.topic, args.keys, args.rate).start(0)
+                busy = idle_cpu(node.pid, args.idle)
+                updates.stop()
+                print(
+                    f"node applying {args.rate:.0f} updates/s, no watch, {args.idle:.0f} s:"
+                    f" CPU {busy['(whole process)']:.1%} of one core"
+                )
                 rounds: list[Round] = []
                 for r in range(1, args.rounds + 1):
                     load0 = Path("/proc/loadavg").read_text().split()[0]
