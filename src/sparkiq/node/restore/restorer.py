@@ -110,6 +110,7 @@ class Restorer(Healing):
         self.truncated_offsets: dict[tuple[str, int], int] = {}
         self.expiry = WindowExpiry()  # removes expired windows (`expiry.removed` of them)
         self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
+        self._restoring = False  # whether a replica was RESTORING at the last turn's end
         registry.on_fault = self._on_fault
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -456,19 +457,24 @@ class Restorer(Healing):
 
     def _finish_restores(self) -> bool:
         """Turn RESTORING replicas at their target ACTIVE; persist what the stores of the
-        others wrote without the write-ahead log (`Replica.settle`).
+        others wrote without the write-ahead log (`Replica.settle`), once no replica restores
+        or within `SETTLE_WITHIN_S`.
 
         True while a store is still flushing, so the caller comes back soon.
         """
-        changed = flushing = False
+        changed = flushing = restoring = False
+        now = time.monotonic()
+        under_way = self._restoring  # as of the last turn
         with self._lock:
             try:
                 for replica in self._replicas.values():
                     try:
-                        changed |= replica.check_caught_up()
-                        flushing |= replica.settle()
+                        changed |= replica.check_caught_up(now)
+                        restoring |= replica.state is ReplicaState.RESTORING
+                        flushing |= replica.settle(now, restore_under_way=under_way)
                     except StorageFault:
                         continue  # the replica is FAILED (`_on_fault`); healed later
+                self._restoring = restoring
             finally:
                 if changed:
                     self._publish()

@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from sparkiq.core.tables import TableDef
-from sparkiq.node.restore.replica import Replica, ReplicaState
+from sparkiq.node.restore.replica import SETTLE_WITHIN_S, Replica, ReplicaState
 from sparkiq.node.stores.registry import StoreRegistry
 
 
@@ -70,6 +70,25 @@ def test_a_restoring_replica_is_not_settled_and_a_standby_is(tmp_path: Path) -> 
     assert replica.store.unflushed
     replica.set_role(active=False)  # to STANDBY before the target: settled all the same
     while replica.settle():
+        time.sleep(0.005)
+    assert not replica.store.unflushed
+    assert replica.wal
+
+
+def test_settling_waits_while_others_restore_up_to_its_bound(tmp_path: Path) -> None:
+    replica = replica_at(tmp_path, 0)
+    replica.set_role(active=True)
+    replica.store.apply([(b"k", b"v")], 1, wal=replica.wal)
+    replica.advance(1)
+    replica.target = 1
+    assert replica.check_caught_up(now=100.0)
+    # Others still restore: its flush waits, and its writes go on without the WAL.
+    assert not replica.settle(100.0 + SETTLE_WITHIN_S - 1, restore_under_way=True)
+    assert replica.store.unflushed
+    assert not replica.wal
+    # Past the bound it settles all the same.
+    now = 100.0 + SETTLE_WITHIN_S
+    while replica.settle(now, restore_under_way=True):
         time.sleep(0.005)
     assert not replica.store.unflushed
     assert replica.wal
