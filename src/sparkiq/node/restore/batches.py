@@ -29,6 +29,7 @@ from rocksdict import WriteBatch
 
 from sparkiq.core.bulk_partitions import partitions_of
 from sparkiq.core.errors import SparkiqError
+from sparkiq.core.partitioner import placer
 from sparkiq.core.serde import KeyCodec, key_codec, split_window_wire_key, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
@@ -49,6 +50,8 @@ class Target(Protocol):
 
 
 SkipFn = Callable[[TopicPartition, int, str], None]  # (tp, offset, why) of a skipped record
+
+_BULK_FROM = 32  # keys of one table in a batch from which they are placed in bulk
 
 
 class NewestStart:
@@ -140,7 +143,7 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
 
     The keys of all runs of one table are hashed together: one bulk call per table and
     consumed batch (`sparkiq.core.bulk_partitions`), whose fixed cost is then spread over up to
-    a whole batch of keys.
+    a whole batch of keys; fewer than `_BULK_FROM` keys are placed one by one.
     """
     by_table: dict[int, list[tuple[int, Run, list[bytes], TableDef]]] = defaultdict(list)
     for (_, p), run in runs.items():
@@ -151,6 +154,20 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
         table = group[0][3]
         wires = [key for _, _, keys, _ in group for key in keys]
         keys = [k[:-8] for k in wires] if table.is_windowed else wires  # the key decides
+        place = placer(table.partitioner) if len(keys) < _BULK_FROM else None
+        if place is not None:
+            # A caught-up restorer's batch of a record or a few: numpy's fixed costs (~50 us
+            # a batch) would be most of the batch's cost.
+            n = table.partitions
+            start = 0
+            for p, run, run_keys, _ in group:
+                end = start + len(run_keys)
+                wrong_at = [i for i in range(start, end) if place(keys[i], n) != p]
+                run.misplaced = len(wrong_at)
+                if wrong_at:
+                    run.example = wires[wrong_at[0]]
+                start = end
+            continue
         placed = partitions_of(table.partitioner, keys, table.partitions)
         start = 0
         for p, run, run_keys, _ in group:
