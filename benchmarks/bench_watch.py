@@ -21,7 +21,7 @@ things are measured, each in `--rounds` rounds:
      the answer holds it: produce -> visible, the node's restore lag (producer, broker, the
      restorer's fetch and write), to within one GET round trip. Beside the node, a bare
      consumer made and called as the restorer makes and calls its own (`new_consumer`,
-     `consume(BATCH_SIZE, 0.1)`) gives produce -> consumed for every update: the lag's
+     `next_batch(consumer, 0.1)`) gives produce -> consumed for every update: the lag's
      floor without a node;
    - `1 watch`: one key watched, probed as above: each probe gives produce -> visible and
      produce -> event for the same record, and their difference, event - visible: the time
@@ -81,7 +81,7 @@ from sparkiq.dev.localcluster import NodeProcess
 from sparkiq.dev.ports import free_port
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
-from sparkiq.node.restore.fetch import BATCH_SIZE, new_consumer
+from sparkiq.node.restore.fetch import new_consumer, next_batch
 from sparkiq.node.restore.restorer import _POLL_TIMEOUT_S as RESTORER_CONSUME_S
 
 HERE = Path(__file__).resolve().parent
@@ -479,7 +479,7 @@ class Probes:
 
 class BareConsumer:
     """A consumer as the node's restorer makes it (`new_consumer`, the same settings) and
-    calls it (`consume(BATCH_SIZE, RESTORER_CONSUME_S)`), doing nothing with what it gets
+    calls it (`next_batch(consumer, RESTORER_CONSUME_S)`), doing nothing with what it gets
     but note when each update of this phase came (a thread): the restore lag's floor."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, first_seq: int) -> None:
@@ -502,7 +502,7 @@ class BareConsumer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            messages = self.consumer.consume(BATCH_SIZE, RESTORER_CONSUME_S)
+            messages = next_batch(self.consumer, RESTORER_CONSUME_S)
             now = time.monotonic()
             for msg in messages:
                 raw = msg.value()
@@ -935,9 +935,9 @@ def report(
         " (all rounds together)"
     )
     print(
-        "   produce->consumed: from just before produce() to the return of the consume() call"
-        " that brought it, of a consumer beside the node with the restorer's settings and"
-        f" call (consume({BATCH_SIZE}, {RESTORER_CONSUME_S}));\n"
+        "   produce->consumed: from just before produce() to the return of the call that"
+        " brought it, of a consumer beside the node with the restorer's settings and"
+        f" call (next_batch(consumer, {RESTORER_CONSUME_S}));\n"
         "   produce->visible: from just before produce() to the first GET answer holding the"
         " update (the node's restore lag, to within one GET round trip);\n"
         "   produce->event: from just before produce() to the read that brought its event to"

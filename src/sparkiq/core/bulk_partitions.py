@@ -53,6 +53,11 @@ def _murmur2_partitions(keys: Sequence[bytes], num_partitions: int) -> Partition
     count = len(keys)
     if not count:
         return np.empty(0, dtype=np.int64)
+    if count < _NUMPY_FROM:
+        # No group of keys could be worth numpy: grouping them by length would cost more
+        # than hashing them (~30 us for one key; a caught-up restorer checks a batch of a
+        # record or a few at a time).
+        return _one_by_one(keys, num_partitions)
     lengths = np.fromiter(map(len, keys), np.int64, count)
     first = int(lengths[0])
     if _worth_numpy(count, first) and bool((lengths == first).all()):
@@ -68,10 +73,13 @@ def _murmur2_partitions(keys: Sequence[bytes], num_partitions: int) -> Partition
     return out
 
 
+_NUMPY_FROM = 200  # keys: fewer are never `_worth_numpy`
+
+
 def _worth_numpy(count: int, length: int) -> bool:
     # A numpy operation costs ~1-2 us whatever its size, ~8 of them per 4-byte block and
     # ~20 more; a key hashed on its own ~150 ns. Measured break-even, with a margin.
-    return count >= 200 + 60 * (length >> 2)
+    return count >= _NUMPY_FROM + 60 * (length >> 2)
 
 
 def _one_by_one(keys: Sequence[bytes], num_partitions: int) -> Partitions:

@@ -30,6 +30,7 @@ from rocksdict import WriteBatch
 from sparkiq.core.bulk_partitions import partitions_of
 from sparkiq.core.errors import SparkiqError
 from sparkiq.core.kstreams import SessionKeys, session_value, window_splitter
+from sparkiq.core.partitioner import placer
 from sparkiq.core.serde import KeyCodec, key_codec, window_store_key
 from sparkiq.core.tables import TableDef
 from sparkiq.core.topology import TopicPartition
@@ -50,6 +51,8 @@ class Target(Protocol):
 
 
 SkipFn = Callable[[TopicPartition, int, str], None]  # (tp, offset, why) of a skipped record
+
+_BULK_FROM = 32  # keys of one table in a batch from which they are placed in bulk
 
 
 class NewestStart:
@@ -148,7 +151,7 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
 
     The keys of all runs of one table are hashed together: one bulk call per table and
     consumed batch (`sparkiq.core.bulk_partitions`), whose fixed cost is then spread over up to
-    a whole batch of keys.
+    a whole batch of keys; fewer than `_BULK_FROM` keys are placed one by one.
     """
     by_table: dict[int, list[tuple[int, Run, list[bytes], TableDef]]] = defaultdict(list)
     for (_, p), run in runs.items():
@@ -160,6 +163,20 @@ def check_placement(runs: Mapping[TopicPartition, Run]) -> None:
         wires = [key for _, _, keys, _ in group for key in keys]
         # A window's key decides, without the window.
         keys = [table.key_of_window_key(k) for k in wires] if table.is_windowed else wires
+        place = placer(table.partitioner) if len(keys) < _BULK_FROM else None
+        if place is not None:
+            # A caught-up restorer's batch of a record or a few: numpy's fixed costs (~50 us
+            # a batch) would be most of the batch's cost.
+            n = table.partitions
+            start = 0
+            for p, run, run_keys, _ in group:
+                end = start + len(run_keys)
+                wrong_at = [i for i in range(start, end) if place(keys[i], n) != p]
+                run.misplaced = len(wrong_at)
+                if wrong_at:
+                    run.example = wires[wrong_at[0]]
+                start = end
+            continue
         placed = partitions_of(table.partitioner, keys, table.partitions)
         start = 0
         for p, run, run_keys, _ in group:

@@ -1,11 +1,12 @@
-"""The restorer's consumer: its settings, and where it stands in each partition it fetches."""
+"""The restorer's consumer: its settings, how it takes a batch, and where it stands in each
+partition it fetches."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from sparkiq.core.topology import TopicPartition
@@ -13,9 +14,11 @@ from sparkiq.kafka.clientlog import LOG_CONF
 from sparkiq.kafka.consumers import TUNED_READ_CONF
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 
-# The restorer reads with the project's tuned settings (a standby sees new records within
-# ~100 ms of their arrival). A position the broker finds out of range (the log start moved
-# past it) is reported, not reset silently: `sparkiq.node.restore.truncation`.
+# The restorer reads with the project's tuned settings. The fetch wait (`fetch.wait.max.ms`)
+# costs no lag: with `fetch.min.bytes` 1 the broker answers a parked fetch as soon as a record
+# arrives, and `next_batch` hands it on at once. A position the broker finds out of range
+# (the log start moved past it) is reported, not reset silently:
+# `sparkiq.node.restore.truncation`.
 CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
     **TUNED_READ_CONF,
     "auto.offset.reset": "error",
@@ -24,7 +27,24 @@ CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
     "isolation.level": "read_committed",
 }
 
-BATCH_SIZE = 10_000  # records per consume() call, and so at most per store write
+BATCH_SIZE = 10_000  # records per batch taken, and so at most per store write
+
+
+def next_batch(consumer: Consumer, wait_s: float) -> list[Message]:
+    """Up to `BATCH_SIZE` messages: waits at most *wait_s* for the first, then takes only
+    what the consumer holds already.
+
+    `consume(n, timeout)` would return before its timeout only once it has *n* messages: a
+    partition that is caught up (a few records a fetch) would wait out the whole timeout on
+    every batch, which was the apply lag (p50 ~50 ms, p99 ~100 ms with 0.1 s). While
+    restoring, the consumer holds up to `queued.min.messages` fetched ahead, so batches stay
+    full; once caught up a record is applied as soon as its fetch returns. An idle consumer
+    still blocks in `poll` for the whole *wait_s*: no busy loop.
+    """
+    first = consumer.poll(wait_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(BATCH_SIZE - 1, 0)]
 
 
 def new_consumer(

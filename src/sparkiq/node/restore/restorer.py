@@ -23,7 +23,9 @@ An active partition is RESTORING until its position reaches the true end offset 
 when it was assigned (`sparkiq.kafka.offsets.true_end_offsets`, which also works on the dev
 broker whose reported end is short), then ACTIVE. Standbys are STANDBY and follow forever.
 Each consumed batch becomes one `PartitionStore.write` per partition: data and checkpoint
-in one write, without the write-ahead log while RESTORING (flushed before ACTIVE).
+in one write, without the write-ahead log while RESTORING; those writes are flushed in
+RocksDB's background once the partition is ACTIVE (it serves reads meanwhile), and writes
+use the log again from then on.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from concurrent.futures import Future
 
 from confluent_kafka import Consumer, Message
@@ -47,7 +49,7 @@ from sparkiq.node.changes import ChangeFeed
 from sparkiq.node.restore.batches import StoreKeyFn, split_batch
 from sparkiq.node.restore.ends import EndProbe, disk_lags
 from sparkiq.node.restore.expiry import WindowExpiry
-from sparkiq.node.restore.fetch import BATCH_SIZE, Fetching, new_consumer
+from sparkiq.node.restore.fetch import Fetching, new_consumer, next_batch
 from sparkiq.node.restore.healing import HEAL_RETRY_S, Healing
 from sparkiq.node.restore.replica import PartitionStatus, Replica, ReplicaState
 from sparkiq.node.restore.truncation import go_on_from_log_start, log_bounds
@@ -108,6 +110,7 @@ class Restorer(Healing):
         self.truncated_offsets: dict[tuple[str, int], int] = {}
         self.expiry = WindowExpiry()  # removes expired windows (`expiry.removed` of them)
         self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
+        self._restoring = False  # whether a replica was RESTORING at the last turn's end
         registry.on_fault = self._on_fault
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -229,7 +232,7 @@ class Restorer(Healing):
                     if not fetching:
                         self._dirty.wait(poll_s)
                     else:
-                        messages = consumer.consume(BATCH_SIZE, poll_s)
+                        messages = next_batch(consumer, poll_s)
                         if messages:
                             self._apply(fetching, messages)
                     flushing = self._finish_restores()
@@ -446,28 +449,32 @@ class Restorer(Healing):
                     self.truncated_offsets[key] = self.truncated_offsets.get(key, 0) + skipped
             if watched and feed is not None:
                 feed.publish(messages, watched)
-            self._publish()
+            self._publish(runs.keys() | eofs.keys() | out_of_range.keys())
         if out_of_step:
             self._dirty.set()
         if failure is not None:
             raise failure
 
     def _finish_restores(self) -> bool:
-        """Turn RESTORING replicas at their target ACTIVE once their stores are flushed.
+        """Turn RESTORING replicas at their target ACTIVE; persist what the stores of the
+        others wrote without the write-ahead log (`Replica.settle`), once no replica restores
+        or within `SETTLE_WITHIN_S`.
 
         True while a store is still flushing, so the caller comes back soon.
         """
-        changed = flushing = False
+        changed = flushing = restoring = False
+        now = time.monotonic()
+        under_way = self._restoring  # as of the last turn
         with self._lock:
             try:
                 for replica in self._replicas.values():
-                    if replica.reached_target():
-                        try:
-                            done = replica.check_caught_up()
-                        except StorageFault:
-                            continue  # the replica is FAILED (`_on_fault`); healed later
-                        changed |= done
-                        flushing |= not done
+                    try:
+                        changed |= replica.check_caught_up(now)
+                        restoring |= replica.state is ReplicaState.RESTORING
+                        flushing |= replica.settle(now, restore_under_way=under_way)
+                    except StorageFault:
+                        continue  # the replica is FAILED (`_on_fault`); healed later
+                self._restoring = restoring
             finally:
                 if changed:
                     self._publish()
@@ -520,10 +527,21 @@ class Restorer(Healing):
         if lags is not None:
             self._disk_lags = lags
 
-    def _publish(self) -> None:
-        """Replace the snapshots readers see (caller holds the lock)."""
-        self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
-        self._stores = {tp: r.store for tp, r in self._replicas.items()}
+    def _publish(self, changed: Iterable[TopicPartition] | None = None) -> None:
+        """Replace the snapshots readers see (caller holds the lock); *changed*: only the
+        statuses of those partitions changed, not which replicas and stores there are (a
+        caught-up restorer applies a batch per record or few, so its cost stays per batch,
+        not per replica)."""
+        if changed is None:
+            self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
+            self._stores = {tp: r.store for tp, r in self._replicas.items()}
+            return
+        statuses = dict(self._statuses)
+        for tp in changed:
+            replica = self._replicas.get(tp)
+            if replica is not None:
+                statuses[tp] = replica.status()
+        self._statuses = statuses
 
     def _notify(self) -> None:
         if self._on_change is not None:

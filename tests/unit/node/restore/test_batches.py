@@ -1,10 +1,16 @@
-"""The restore loop on Kafka Streams changelogs: a session store's merges (the old session
-deleted, the merged one written) end as one stored session per key and start, with its end."""
+"""The restore loop's batches: a session store's merges (the old session deleted, the merged
+one written) end as one stored session per key and start, with its end; misplaced keys are
+counted per run, whether the batch's keys are placed one by one or in bulk."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
+from rocksdict import WriteBatch
 
 from sparkiq.core.kstreams import (
     StoreType,
@@ -12,9 +18,10 @@ from sparkiq.core.kstreams import (
     session_changelog_key,
     window_end_and_value,
 )
-from sparkiq.core.serde import split_window_store_key
-from sparkiq.core.tables import TableDef
-from sparkiq.node.restore.batches import split_batch, store_key_fn
+from sparkiq.core.partitioner import Partitioner, placer
+from sparkiq.core.serde import split_window_store_key, window_wire_key
+from sparkiq.core.tables import Format, TableDef, TableKind
+from sparkiq.node.restore.batches import Run, check_placement, split_batch, store_key_fn
 from sparkiq.node.stores.partitionstore import PartitionStore
 
 START = 1_764_000_000_000  # 2025-11-24, ms
@@ -102,3 +109,54 @@ def test_a_session_changelog_batch_stores_each_session_with_its_end(tmp_path: Pa
         assert got == [((b"j", END), (END + 9, be(1, 8))), ((b"k", START), (END, be(2, 8)))]
     finally:
         store.close()
+
+
+class BatchStore:
+    """What a `Run` asks of a store: an empty write batch."""
+
+    def new_batch(self) -> WriteBatch:
+        return WriteBatch(raw_mode=True)
+
+
+@dataclass
+class PlacementTarget:
+    table: TableDef
+    store: Any = field(default_factory=BatchStore)
+    key_fn: Any = None
+
+
+@pytest.mark.parametrize("per_run", [2, 5, 40, 2000])  # a few keys one by one, many in bulk
+@pytest.mark.parametrize("windowed", [False, True])
+def test_misplaced_keys_are_counted_per_run_whatever_the_batch_size(
+    per_run: int, windowed: bool
+) -> None:
+    table = TableDef(
+        "t",
+        "t-changelog",
+        3,
+        Format.STRING,
+        partitioner=Partitioner.MURMUR2,
+        kind=TableKind.WINDOWED if windowed else TableKind.KV,
+        window_size_ms=60_000 if windowed else None,
+    )
+    place = placer(table.partitioner)
+    assert place is not None
+    rng = random.Random(per_run)
+    runs: dict[tuple[str, int], Run] = {}
+    expected: dict[int, tuple[int, bytes | None]] = {}
+    for p in range(3):
+        run = runs[("t-changelog", p)] = Run(PlacementTarget(table))
+        assert run.keys is not None
+        first: bytes | None = None
+        wrong = 0
+        for _ in range(per_run):
+            key = b"k%d" % rng.randrange(10**6)
+            wire = window_wire_key(key, rng.randrange(10**12)) if windowed else key
+            run.keys.append(wire)
+            if place(key, 3) != p:
+                wrong += 1
+                first = first or wire
+        expected[p] = (wrong, first)
+    check_placement(runs)
+    assert {p: (run.misplaced, run.example) for (_, p), run in runs.items()} == expected
+    assert any(wrong for wrong, _ in expected.values())  # the check had something to find
