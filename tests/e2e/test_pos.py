@@ -91,14 +91,16 @@ def pos_run(
     unique_name: Callable[[str], str],
     request: pytest.FixtureRequest,
 ) -> Iterator[PosRun]:
-    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
-    layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
+    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind, trigger)
+    says."""
+    layout, kind, trigger = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka", MB))
     run = PosRun(
         bootstrap_of(request, kind),
         tmp_path,
         unique_name("pos"),
         layout=layout,
         connector=KafkaConnector(spark_connector_for(kind)),
+        trigger=trigger,
     )
     try:
         yield run
@@ -109,18 +111,42 @@ def pos_run(
 # -- the tests ------------------------------------------------------------------------------
 
 
+MB = "1 second"  # micro-batches every second
+RTM = "realtime"  # Real-Time Mode for the queries that can run in it
 # Both layouts on Apache Kafka, with Spark's connector where installed; one again on the dev
-# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`).
-RUNS = [(layout, "kafka") for layout in pos_pipeline.LAYOUTS] + [(pos_pipeline.LAYOUTS[0], "dev")]
+# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`);
+# the two queries again in Real-Time Mode where Spark can (the routes).
+RUNS = [
+    *[(layout, "kafka", MB) for layout in pos_pipeline.LAYOUTS],
+    (pos_pipeline.LAYOUTS[0], "dev", MB),
+    (pos_pipeline.LAYOUTS[0], "kafka", RTM),
+]
+RUN_IDS = [f"{layout}-{kind}" + ("-realtime" if t == RTM else "") for layout, kind, t in RUNS]
 
 
-@pytest.mark.parametrize(
-    "pos_run", RUNS, indirect=True, ids=[f"{layout}-{kind}" for layout, kind in RUNS]
-)
+def check_modes(run: PosRun) -> None:
+    """In a Real-Time run with Spark's connector the routes' query runs in Real-Time Mode
+    and the tables' query, which finishes on the driver, says why it does not; with
+    sparkiq's connector neither does, and each says why."""
+    log = run.pipeline.log_path.read_text()
+    statuses = {q["name"]: q["trigger"] for q in (run.pipeline.status() or {})["queries"]}
+    assert "query 'tables' runs in micro-batches, not Real-Time Mode: its finishing step" in log
+    assert statuses["tables"] == "microbatch"
+    if run.connector is KafkaConnector.BUILTIN:
+        assert "query 'pos-routes' runs in Real-Time Mode" in log
+        assert statuses["pos-routes"] == "realtime"
+    else:
+        assert "query 'pos-routes' runs in micro-batches, not Real-Time Mode" in log
+        assert statuses["pos-routes"] == "microbatch"
+
+
+@pytest.mark.parametrize("pos_run", RUNS, indirect=True, ids=RUN_IDS)
 def test_every_table_from_every_node_and_every_topic_equal_the_oracle(pos_run: PosRun) -> None:
     invoices = seeded_invoices(seed=21, count=3_000)
     malformed = pos_run.produce(invoices, malformed_every=100)
     pos_run.start()
+    if "realtime" in pos_run.pipeline.extra_args:
+        check_modes(pos_run)
     pos_run.wait_caught_up()
     oracle = PosOracle.of(invoices)
     assert malformed == 30

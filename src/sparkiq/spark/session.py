@@ -139,9 +139,10 @@ def _with_jars(settings: dict[str, str], jars: list[Path]) -> None:
     settings["spark.jars"] = ",".join(given + [str(j) for j in jars if str(j) not in given])
 
 
-def default_local_master() -> str:
+def default_local_master(extra_slots: int = 0) -> str:
     """The master of a pipeline run without one: local mode with twice as many task slots as
-    the machine has cores.
+    the machine has cores (and *extra_slots* more: a run in Real-Time Mode, whose queries
+    hold a slot per source partition while they run).
 
     A task of sparkiq's Kafka source or sink holds its slot while a Python worker reads or
     produces, its JVM thread waiting; with one slot per core (``local[*]``), the micro-batch
@@ -151,7 +152,7 @@ def default_local_master() -> str:
     2 cores: 1.06-1.23 s with ``local[2]`` (3 runs), 0.83-1.08 s with ``local[4]`` in 5 runs
     of 6 (measured by hand when it was chosen); its throughput did not change.
     """
-    return f"local[{2 * (os.cpu_count() or 1)}]"
+    return f"local[{2 * (os.cpu_count() or 1) + extra_slots}]"
 
 
 def local_session(
