@@ -150,6 +150,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
     from sparkiq.spark.session import (
         local_session,
         quiet_falling_behind,
+        quiet_stopping,
         use_local_checkpoint_files,
     )
 
@@ -235,6 +236,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         )
         _watch(ctx, settings, stop, tracker)
     finally:
+        quiet_stopping(spark)
         with _py4j_quiet():
             for query in ctx.queries:
                 try:

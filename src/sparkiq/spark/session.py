@@ -106,6 +106,26 @@ def quiet_falling_behind(spark: SparkSession) -> None:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
 
 
+# A Real-Time query's tasks run as long as the query: stopping it interrupts them while they
+# write, and Spark logs each one's abort as an error with its stack (the records it had not
+# committed are read again on the next start, as after any stop).
+_STOP_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.scheduler.DAGScheduler",
+)
+
+
+def quiet_stopping(spark: SparkSession) -> None:
+    """Log nothing of the tasks that stopping the queries cuts off (call it just before)."""
+    jvm: Any = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    for name in _STOP_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+
+
 def _private_local_dir() -> str:
     """A scratch directory for this process's Spark, removed when the process exits.
 
