@@ -3,9 +3,10 @@
 Seeded invoices (with malformed records mixed in) go to the source topic; `sparkiq run` runs
 `sparkiq/dev/pos/pipeline.py` as a child process; three `sparkiq serve` processes serve its
 tables. Every key of every table, asked of every node, must equal `PosOracle`; the four
-topics the pipeline writes must hold exactly the oracle's records. The second test kills
-the pipeline (SIGKILL of its process group) in the middle of the stream and restarts it
-from its checkpoints.
+topics the pipeline writes must hold exactly the oracle's records; once more with
+``--trigger realtime`` (the routes in Spark's Real-Time Mode). The second test kills the
+pipeline, run with ``--trigger realtime``, (SIGKILL of its process group) in the middle of
+the stream and restarts it from its checkpoints.
 """
 
 from __future__ import annotations
@@ -91,14 +92,16 @@ def pos_run(
     unique_name: Callable[[str], str],
     request: pytest.FixtureRequest,
 ) -> Iterator[PosRun]:
-    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind) says."""
-    layout, kind = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka"))
+    """A POS run on Apache Kafka, or as the test's parameter (layout, broker kind, trigger)
+    says."""
+    layout, kind, trigger = getattr(request, "param", (pos_pipeline.LAYOUTS[0], "kafka", MB))
     run = PosRun(
         bootstrap_of(request, kind),
         tmp_path,
         unique_name("pos"),
         layout=layout,
         connector=KafkaConnector(spark_connector_for(kind)),
+        trigger=trigger,
     )
     try:
         yield run
@@ -109,18 +112,42 @@ def pos_run(
 # -- the tests ------------------------------------------------------------------------------
 
 
+MB = "1 second"  # micro-batches every second
+RTM = "realtime"  # Real-Time Mode for the queries that can run in it
 # Both layouts on Apache Kafka, with Spark's connector where installed; one again on the dev
-# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`).
-RUNS = [(layout, "kafka") for layout in pos_pipeline.LAYOUTS] + [(pos_pipeline.LAYOUTS[0], "dev")]
+# broker, for compatibility, with sparkiq's Python source and sink (`spark_connector_for`);
+# the two queries again in Real-Time Mode where Spark can (the routes).
+RUNS = [
+    *[(layout, "kafka", MB) for layout in pos_pipeline.LAYOUTS],
+    (pos_pipeline.LAYOUTS[0], "dev", MB),
+    (pos_pipeline.LAYOUTS[0], "kafka", RTM),
+]
+RUN_IDS = [f"{layout}-{kind}" + ("-realtime" if t == RTM else "") for layout, kind, t in RUNS]
 
 
-@pytest.mark.parametrize(
-    "pos_run", RUNS, indirect=True, ids=[f"{layout}-{kind}" for layout, kind in RUNS]
-)
+def check_modes(run: PosRun) -> None:
+    """In a Real-Time run with Spark's connector the routes' query runs in Real-Time Mode
+    and the tables' query, which finishes on the driver, says why it does not; with
+    sparkiq's connector neither does, and each says why."""
+    log = run.pipeline.log_path.read_text()
+    statuses = {q["name"]: q["trigger"] for q in (run.pipeline.status() or {})["queries"]}
+    assert "query 'tables' runs in micro-batches, not Real-Time Mode: its finishing step" in log
+    assert statuses["tables"] == "microbatch"
+    if run.connector is KafkaConnector.BUILTIN:
+        assert "query 'pos-routes' runs in Real-Time Mode" in log
+        assert statuses["pos-routes"] == "realtime"
+    else:
+        assert "query 'pos-routes' runs in micro-batches, not Real-Time Mode" in log
+        assert statuses["pos-routes"] == "microbatch"
+
+
+@pytest.mark.parametrize("pos_run", RUNS, indirect=True, ids=RUN_IDS)
 def test_every_table_from_every_node_and_every_topic_equal_the_oracle(pos_run: PosRun) -> None:
     invoices = seeded_invoices(seed=21, count=3_000)
     malformed = pos_run.produce(invoices, malformed_every=100)
     pos_run.start()
+    if "realtime" in pos_run.pipeline.extra_args:
+        check_modes(pos_run)
     pos_run.wait_caught_up()
     oracle = PosOracle.of(invoices)
     assert malformed == 30
@@ -171,6 +198,13 @@ def check_read_your_write(run: PosRun, invoices: list[Invoice]) -> None:
     )
 
 
+# Killed in Real-Time Mode: the routes' query then replays what its batch had not
+# checkpointed (at least once), and the tables' query, in micro-batches in every mode,
+# replays its cut-off micro-batch as it would without.
+KILLED = (pos_pipeline.LAYOUTS[0], "kafka", RTM)
+
+
+@pytest.mark.parametrize("pos_run", [KILLED], indirect=True, ids=["two-queries-kafka-realtime"])
 def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
     pos_run: PosRun,
 ) -> None:
@@ -178,6 +212,7 @@ def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
     first, second = invoices[:2_000], invoices[2_000:]
     malformed = pos_run.produce(first, malformed_every=250)
     pos_run.start()
+    check_modes(pos_run)
     pos_run.wait_caught_up()
     # More invoices arrive; kill the pipeline while it works on them.
     malformed += pos_run.produce(second[:1_000], malformed_every=250)

@@ -68,8 +68,10 @@ class PosRun:
         layout: str = pos_pipeline.LAYOUTS[0],
         node_env: Mapping[str, str] | None = None,
         connector: KafkaConnector = KafkaConnector.AUTO,
+        trigger: str = "1 second",
     ) -> None:
-        """*node_env*: settings of every serving node (e.g. SPARKIQ_STANDBY_REPLICAS)."""
+        """*node_env*: settings of every serving node (e.g. SPARKIQ_STANDBY_REPLICAS);
+        *trigger*: the pipeline's ``--trigger`` (``realtime``: Real-Time Mode where it can)."""
         self.bootstrap = bootstrap
         # `auto` takes Spark's connector where the set-up installed it (the session puts it
         # on the class path), else sparkiq's: the run says which, and it must be that one.
@@ -96,7 +98,7 @@ class PosRun:
             },
             extra_args=[
                 "--trigger",
-                "1 second",
+                trigger,
                 "--kafka-connector",
                 connector.value,
                 *pipeline_args,

@@ -437,7 +437,10 @@ def _key_value(
     "--trigger",
     default="1 second",
     show_default=True,
-    help="Micro-batch interval of every query ('0 seconds': back to back).",
+    help="realtime: every query that can (stateless, Spark's Kafka connector) runs in "
+    "Spark's Real-Time Mode, the others in micro-batches, each saying why at start; "
+    "microbatch: micro-batches every second; or the micro-batch interval of every query "
+    "('0 seconds': back to back).",
 )
 @click.option(
     "--max-offsets-per-trigger",
@@ -510,17 +513,23 @@ def run(pipeline_file: Path, **options: Any) -> None:
     """Run the PySpark pipeline PIPELINE_FILE (it defines pipeline(ctx))."""
     import logging
 
+    from sparkiq.core.errors import ConfigError
     from sparkiq.spark.connector import KafkaConnector
+    from sparkiq.spark.realtime import parse_trigger
     from sparkiq.spark.runner import RunSettings, run_pipeline
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    trigger = options.pop("trigger")
+    try:
+        trigger_mode, trigger_interval = parse_trigger(options.pop("trigger"))
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--trigger") from exc
     packages = tuple(p.strip() for each in options.pop("packages") for p in each.split(","))
     settings = RunSettings(
         kafka_connector=KafkaConnector(options.pop("kafka_connector")),
         packages=tuple(p for p in packages if p),
-        trigger_interval=None if trigger.strip() in ("", "0", "0 seconds") else trigger,
+        trigger_mode=trigger_mode,
+        trigger_interval=trigger_interval,
         progress_interval_s=options.pop("progress_interval"),
         duration_s=options.pop("duration"),
         kafka_security=kafka_security(options.pop("kafka_config"), options.pop("kafka_properties")),

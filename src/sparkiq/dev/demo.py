@@ -8,6 +8,11 @@ console's URL (`/ui/` on any node), the node URLs and example queries that work 
 `sparkiq get`), and keeps generating invoices until Ctrl-C or `--duration`. Everything binds
 to 127.0.0.1 and is stopped by PID.
 
+The pipeline runs with ``--trigger realtime``: each query in Spark's Real-Time Mode where the
+installed Spark runs it there (the routes, on Spark's Kafka connector), the others in
+micro-batches (the pipeline's log says why). Once up, the demo measures how fresh its
+answers are (`sparkiq.dev.freshness`) and prints it beside how each query runs.
+
 Its output suits a terminal and a file alike: on a terminal the progress while it starts is
 one line drawn again in place; in a file or a pipe it is a plain line every few seconds
 (`sparkiq.core.statusline`). Its last line says how it ended (`last_words`): after
@@ -34,6 +39,7 @@ import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.core.errors import SparkiqError
 from sparkiq.core.statusline import StatusLine
 from sparkiq.dev.broker import make_broker, spark_connector_for
+from sparkiq.dev.freshness import measure_freshness
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices, produce_one
@@ -45,6 +51,8 @@ from sparkiq.kafka.offsets import true_end_offsets
 SOURCE = pos_pipeline.DEFAULT_TOPICS["source"]
 SOURCE_PARTITIONS = 3
 TABLES = ("rewards", "latest-invoice", "store-sales")
+FRESHNESS_PROBES = 20
+_MODE_WORDS = {"realtime": "in Real-Time Mode", "microbatch": "in micro-batches"}
 
 
 def _step(text: str) -> None:
@@ -205,7 +213,7 @@ def _run(
             log_path=work / "pipeline.log",
             extra_args=[
                 "--trigger",
-                "1 second",
+                "realtime",
                 "--kafka-connector",
                 spark_connector_for(broker),
             ],
@@ -224,7 +232,10 @@ def _run(
             cluster.start()
             _wait_until_serving(bootstrap, feed, pipeline, cluster, backlog)
             _step(f"ready in {time.monotonic() - started:.0f}s")
-            _print_examples(cluster, bootstrap, feed, duration_s)
+            _print_examples(cluster, bootstrap, feed)
+            _print_freshness(cluster, bootstrap, pipeline, rate_per_s)
+            click.echo(f"\n{how_it_ends(duration_s)}")
+            sys.stdout.flush()
             _run_until_stopped(feed, pipeline, duration_s)
         except KeyboardInterrupt:
             click.echo()  # after the ^C a terminal shows
@@ -325,9 +336,7 @@ def _wait_until_serving(
         progress.end()
 
 
-def _print_examples(
-    cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed, duration_s: float | None
-) -> None:
+def _print_examples(cluster: LocalCluster, bootstrap: str, feed: InvoiceFeed) -> None:
     urls = cluster.urls
     gen = feed.generator
     prime = next(c.card_no for c in gen.customers if c.kind == "PRIME")
@@ -370,8 +379,28 @@ def _print_examples(
             body = body[:300] + "..."
         click.echo(f"    GET {ex}\n      -> {body}")
     _read_your_write(urls[-1], bootstrap)
-    click.echo(f"\n{how_it_ends(duration_s)}")
-    sys.stdout.flush()
+
+
+def _print_freshness(
+    cluster: LocalCluster, bootstrap: str, pipeline: PipelineProcess, rate_per_s: float
+) -> None:
+    """How each query runs, and the freshness measured now (`sparkiq.dev.freshness`)."""
+    queries = (pipeline.status() or {}).get("queries", [])
+    modes = ", ".join(f"{q['name']} {_MODE_WORDS.get(q.get('trigger'), '?')}" for q in queries)
+    click.echo(f"\nthe pipeline's queries: {modes} (its log says why: {pipeline.log_path})")
+    click.echo(
+        f"freshness, measured now over {FRESHNESS_PROBES} invoices (the generator's "
+        f"{rate_per_s:g}/s going on):"
+    )
+    measured = measure_freshness(
+        bootstrap,
+        cluster.urls[0],
+        source=SOURCE,
+        routes_topic=pos_pipeline.DEFAULT_TOPICS["hadoop"],
+        probes=FRESHNESS_PROBES,
+    )
+    for line in measured.lines():
+        click.echo(f"    {line}")
 
 
 def _read_your_write(url: str, bootstrap: str) -> None:

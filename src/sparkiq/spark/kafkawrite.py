@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sparkiq.core.errors import ConfigError
 from sparkiq.spark.connector import KafkaIO
 from sparkiq.spark.offsetlog import batch_records
 from sparkiq.spark.options import FORMAT_NAME
@@ -62,11 +63,26 @@ def start_kafka_write(
     trigger_interval: str | None = None,
     finish: Finish | None = None,
     finish_rows: Column | None = None,
+    realtime_batch: str | None = None,
 ) -> StreamingQuery:
     """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka
     through *sink* (`sparkiq.spark.connector.sink_options`). With *finish*, the rows where
     *finish_rows* holds (every row when it is None) go through it on the driver before they
-    are produced (`BatchProducer`)."""
+    are produced (`BatchProducer`). With *realtime_batch* (a duration) the query runs in
+    Spark's Real-Time Mode, batches that long, straight into Spark's Kafka sink
+    (`sparkiq.spark.realtime` says which queries can)."""
+    if realtime_batch is not None:
+        if finish is not None or sink.format == FORMAT_NAME:
+            raise ConfigError(
+                f"query {name!r} cannot run in Real-Time Mode: it needs Spark's Kafka sink "
+                "and no finishing step"
+            )
+        # Output mode update, the only one Real-Time Mode takes: for a stateless query the
+        # same rows as append. (PySpark's type stubs do not list `realTime` yet.)
+        realtime: Any = df.writeStream.option("checkpointLocation", checkpoint_location)
+        realtime = realtime.outputMode("update").queryName(name).trigger(realTime=realtime_batch)
+        started: StreamingQuery = realtime.format(sink.format).options(**sink.options).start()
+        return started
     if finish is not None:
         from pyspark.sql import functions as F
 

@@ -298,6 +298,7 @@ def materialize(
     connector: KafkaConnector = KafkaConnector.PYTHON,
     kind: str | None = None,
     retention: str | int | None = None,
+    realtime_batch: str | None = None,
 ) -> StreamingQuery | None:
     """Write *df*'s updates as the changelog of table *table* and make it queryable.
 
@@ -310,6 +311,8 @@ def materialize(
     reference data for a global table, is written once before this returns None.
     The topic creation, the registration and the writers connect with *kafka_security*;
     *connector* (BUILTIN or PYTHON, `sparkiq.spark.connector`) is the sink that writes.
+    With *realtime_batch* (a duration) the query runs in Spark's Real-Time Mode
+    (`sparkiq.spark.realtime`), the records placed as in micro-batches.
     """
     definition = define_table(
         table,
@@ -346,6 +349,7 @@ def materialize(
         checkpoint_location=checkpoint_location,
         output_mode=output_mode,
         trigger_interval=trigger_interval,
+        realtime_batch=realtime_batch,
     )
 
 

@@ -16,11 +16,16 @@ Kafka connector (Spark's built-in one where it is installed, else sparkiq's:
 `sparkiq.spark.connector`, the same columns either way) and the Kafka client security
 settings (``sparkiq run --kafka-config``), which every source, sink, topic creation and
 catalog registration it makes connects with.
+
+With ``sparkiq run --trigger realtime`` (or ``trigger="realtime"`` on one query) each query
+runs in Spark's Real-Time Mode where it can, and in micro-batches where it cannot, saying why
+once as it starts (`sparkiq.spark.realtime`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 import sys
 import time
@@ -32,19 +37,32 @@ from typing import TYPE_CHECKING, Any
 from sparkiq.core.errors import ConfigError
 from sparkiq.core.tables import TableDef
 from sparkiq.kafka.access import check_rights
-from sparkiq.kafka.admin import create_topic
+from sparkiq.kafka.admin import create_topic, partition_count
 from sparkiq.kafka.catalog import DEFAULT_APP
 from sparkiq.kafka.roles import pipeline_needs
 from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
 from sparkiq.spark.kafkawrite import Finish, start_kafka_write
 from sparkiq.spark.materialize import materialize, prepare_table, with_window_partitions
+from sparkiq.spark.realtime import (
+    REALTIME_BATCH,
+    PlanFacts,
+    TriggerMode,
+    is_realtime_refusal,
+    plan_facts,
+    realtime_refusal,
+    spark_has_realtime_mode,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 PipelineFn = Callable[["PipelineContext"], None]
+# Starts a query in the mode given (the same query, started again, in another mode).
+ModeStarter = Callable[[TriggerMode], "StreamingQuery"]
+
+log = logging.getLogger(__name__)
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -59,6 +77,11 @@ class PipelineContext:
     checkpoint_dir: Path | str
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
+    # Micro-batches, or Real-Time Mode for every query that can run in it (`sparkiq run
+    # --trigger realtime`); a query may ask for either itself (``write(trigger=...)``).
+    trigger_mode: TriggerMode = TriggerMode.MICROBATCH
+    # A Real-Time query's batch: how often it checkpoints its offsets and reports progress.
+    realtime_batch: str = REALTIME_BATCH
     max_offsets_per_trigger: int | None = None
     # SASL/SSL settings of every Kafka client the context makes (default PLAINTEXT).
     kafka_security: KafkaSecurity = PLAINTEXT
@@ -79,6 +102,10 @@ class PipelineContext:
     # The topics `read` was asked for, and those whose rights `_start` has checked.
     sources: set[str] = field(default_factory=set)
     _sources_checked: set[str] = field(default_factory=set, repr=False)
+    # How each query runs (by query name), for the runner's progress lines and status.
+    mode_of_query: dict[str, TriggerMode] = field(default_factory=dict)
+    # The task slots each Real-Time query holds (one per source partition).
+    _realtime_slots: dict[str, int] = field(default_factory=dict, repr=False)
 
     def check_sources(self) -> None:
         """AccessDeniedError naming the sources read so far that the pipeline may not read:
@@ -122,6 +149,74 @@ class PipelineContext:
             time.sleep(0.1)
         return query
 
+    def choose_mode(
+        self,
+        name: str,
+        df: DataFrame,
+        trigger: TriggerMode | str | None = None,
+        *,
+        finishes_on_driver: bool = False,
+    ) -> TriggerMode:
+        """How query *name* (writing *df*) runs: *trigger* (None: the context's), but in
+        micro-batches when it asks for Real-Time Mode and cannot run in it, which is logged
+        with the reason (`sparkiq.spark.realtime.realtime_refusal`)."""
+        mode = self.trigger_mode if trigger is None else TriggerMode(trigger)
+        if mode is TriggerMode.MICROBATCH:
+            return mode
+        builtin = self.kafka_connector is KafkaConnector.BUILTIN
+        has_api = spark_has_realtime_mode()
+        # (The plan only where it can tell more: analysing it costs a Python worker's start
+        # with sparkiq's connector.)
+        facts = plan_facts(df) if builtin and has_api else PlanFacts()
+        partitions = sum(
+            partition_count(self.bootstrap_servers, topic, security=self.kafka_security)
+            for topic in facts.topics
+        )
+        reason = realtime_refusal(
+            facts,
+            spark_version=self.spark.version,
+            has_realtime_api=has_api,
+            builtin_connector=builtin,
+            finishes_on_driver=finishes_on_driver,
+            source_partitions=partitions,
+            total_slots=self.spark.sparkContext.defaultParallelism,
+            held_slots=sum(self._realtime_slots.values()),
+        )
+        if reason is not None:
+            log.warning(
+                "pipeline: query %r runs in micro-batches, not Real-Time Mode: %s", name, reason
+            )
+            return TriggerMode.MICROBATCH
+        log.info(
+            "pipeline: query %r runs in Real-Time Mode (batches of %s; %d task slots, one per "
+            "source partition)",
+            name,
+            self.realtime_batch,
+            partitions,
+        )
+        self._realtime_slots[name] = partitions
+        return TriggerMode.REALTIME
+
+    def _start_in(self, name: str, start: ModeStarter, mode: TriggerMode) -> StreamingQuery:
+        """`_start` query *name* in *mode*; in micro-batches instead when Spark refuses it in
+        Real-Time Mode as it starts (an operator it does not run there, say)."""
+        self.mode_of_query[name] = mode
+        query = self._start(lambda: start(mode))
+        if mode is TriggerMode.REALTIME and not query.isActive:
+            error = query.exception()
+            text = "" if error is None else str(error)
+            if is_realtime_refusal(text):
+                log.warning(
+                    "pipeline: query %r runs in micro-batches, not Real-Time Mode: Spark "
+                    "refused it: %s",
+                    name,
+                    text.strip().splitlines()[0][:500],
+                )
+                self.queries.remove(query)
+                self._realtime_slots.pop(name, None)
+                return self._start_in(name, start, TriggerMode.MICROBATCH)
+        return query
+
     def restart(self, query: StreamingQuery) -> StreamingQuery:
         """Start *query* (stopped) again from its checkpoint; the new query replaces it."""
         replacement = self.starters[query.name]()
@@ -148,7 +243,9 @@ class PipelineContext:
         A micro-batch reads at most *max_offsets_per_trigger* records (None: the context's,
         ``sparkiq run --max-offsets-per-trigger``): more, say, for a query whose trigger
         interval is longer than the others', so a backlog does not hold it to fewer records
-        per second than they go."""
+        per second than they go. In a run in Real-Time Mode (``--trigger realtime``) None is
+        no cap: Spark's Kafka source refuses one there, and a query whose read has one runs
+        in micro-batches (pass the cap for a query that runs in micro-batches anyway)."""
         if not topics:
             raise ConfigError("read() needs at least one topic")
         if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
@@ -161,10 +258,16 @@ class PipelineContext:
             bootstrap_servers=self.bootstrap_servers,
             topics=topics,
             starting_offsets=starting_offsets,
-            max_offsets_per_trigger=max_offsets_per_trigger or self.max_offsets_per_trigger,
+            max_offsets_per_trigger=max_offsets_per_trigger or self._default_cap(),
             security=self.kafka_security,
         )
         return self.spark.readStream.format(source.format).options(**source.options).load()
+
+    def _default_cap(self) -> int | None:
+        """The cap of a read that names none: the context's, in micro-batch runs only."""
+        if self.trigger_mode is TriggerMode.REALTIME:
+            return None
+        return self.max_offsets_per_trigger
 
     def write(
         self,
@@ -177,6 +280,7 @@ class PipelineContext:
         trigger_interval: str | None = None,
         finish: Finish | None = None,
         finish_rows: Column | None = None,
+        trigger: TriggerMode | str | None = None,
     ) -> StreamingQuery:
         """Start a query writing *df* (columns key, value, optional topic/partition) to Kafka.
 
@@ -190,7 +294,9 @@ class PipelineContext:
         rows that Spark does not run on a stream: it receives rows of each micro-batch
         collected on the driver (a pyarrow Table, every row where *finish_rows* holds and
         maybe others; every row when *finish_rows* is None) and returns the records to
-        produce for them (see `sparkiq.spark.kafkawrite`).
+        produce for them (see `sparkiq.spark.kafkawrite`). *trigger* is ``"realtime"`` or
+        ``"microbatch"`` for this query (None: the pipeline's, ``sparkiq run --trigger``); a
+        query with a *finish* step runs in micro-batches.
         """
         if tables:
             self.tables_of_query[name] = [t.name for t in tables]
@@ -205,8 +311,10 @@ class PipelineContext:
             windowed_topics=list(windowed),
             security=self.kafka_security,
         )
-        return self._start(
-            lambda: start_kafka_write(
+        mode = self.choose_mode(name, df, trigger, finishes_on_driver=finish is not None)
+
+        def start(mode: TriggerMode) -> StreamingQuery:
+            return start_kafka_write(
                 df,
                 name=name,
                 sink=sink,
@@ -215,8 +323,10 @@ class PipelineContext:
                 trigger_interval=trigger_interval or self.trigger_interval,
                 finish=finish,
                 finish_rows=finish_rows,
+                realtime_batch=self.realtime_batch if mode is TriggerMode.REALTIME else None,
             )
-        )
+
+        return self._start_in(name, start, mode)
 
     def create_topics(self, *topics: str, partitions: int = 6) -> None:
         """Create the output topics that do not exist yet (existing ones are left alone)."""
@@ -239,32 +349,37 @@ class PipelineContext:
         *,
         table: str,
         key: str | Column,
+        trigger: TriggerMode | str | None = None,
         **options: Any,
     ) -> StreamingQuery | None:
         """`sparkiq.spark.materialize` with this pipeline's broker, catalog and checkpoints.
 
         A batch *df* (reference data, e.g. a global table's rows) is written once, before
-        this returns None; a streaming one starts the table's query.
+        this returns None; a streaming one starts the table's query, in Real-Time Mode or
+        micro-batches as *trigger* says (None: the pipeline's; see `write`).
         """
         options.setdefault("trigger_interval", self.trigger_interval)
         options.setdefault("app", self.app)
         options.setdefault("kafka_security", self.kafka_security)
         options.setdefault("connector", self.kafka_connector)
 
-        def write() -> StreamingQuery | None:
+        def write(mode: TriggerMode = TriggerMode.MICROBATCH) -> StreamingQuery | None:
             return materialize(
                 df,
                 table=table,
                 key=key,
                 bootstrap_servers=self.bootstrap_servers,
                 checkpoint_location=self.checkpoint(f"table-{table}"),
+                realtime_batch=self.realtime_batch if mode is TriggerMode.REALTIME else None,
                 **options,
             )
 
         if not df.isStreaming:
             return write()
-        self.tables_of_query[f"table {table}"] = [table]  # the query `materialize` names
-        return self._start(lambda: _started(write()))
+        name = f"table {table}"  # the query `materialize` names
+        self.tables_of_query[name] = [table]
+        mode = self.choose_mode(name, df, trigger)
+        return self._start_in(name, lambda m: _started(write(m)), mode)
 
 
 def _started(query: StreamingQuery | None) -> StreamingQuery:

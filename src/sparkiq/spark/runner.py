@@ -37,6 +37,7 @@ from sparkiq.kafka.security import PLAINTEXT, KafkaSecurity
 from sparkiq.spark.connector import KafkaConnector, choose_connector
 from sparkiq.spark.listener import ProgressTracker
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
+from sparkiq.spark.realtime import REALTIME_EXTRA_SLOTS, TriggerMode
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class RunSettings:
     master: str | None = None
     app: str = DEFAULT_APP
     trigger_interval: str | None = "1 second"
+    # Real-Time Mode for every query that can run in it, or micro-batches (`--trigger`).
+    trigger_mode: TriggerMode = TriggerMode.MICROBATCH
     max_offsets_per_trigger: int | None = None
     shuffle_partitions: int = 1
     params: Mapping[str, str] = field(default_factory=dict)
@@ -90,6 +93,7 @@ class _Catalog:
 
 
 def _progress_line(status: Mapping[str, Any]) -> str:
+    mode = " (real-time)" if status.get("trigger") == TriggerMode.REALTIME.value else ""
     observed = "".join(
         f" {k}={v:g}"
         for metrics in status["observed_total"].values()
@@ -97,7 +101,7 @@ def _progress_line(status: Mapping[str, Any]) -> str:
         for k, v in metrics.items()
     )
     return (
-        f"[{status['name']}] batch {status['batch']}: {status['input_rows']} rows, "
+        f"[{status['name']}]{mode} batch {status['batch']}: {status['input_rows']} rows, "
         f"{status['processed_rows_per_s']:.0f} rows/s processed, "
         f"{status['batch_ms']} ms{observed}"
     )
@@ -120,11 +124,33 @@ def spark_conf(settings: RunSettings, scratch: Path) -> dict[str, str]:
     return conf
 
 
+def _master(settings: RunSettings) -> str | None:
+    """The Spark master of a run: ``--master``; else, for a local run in Real-Time Mode, the
+    usual local master with `REALTIME_EXTRA_SLOTS` more task slots (a Real-Time query holds
+    one per source partition while it runs); else None (`local_session` chooses)."""
+    from sparkiq.spark.session import default_local_master
+
+    if settings.master is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return settings.master
+    if settings.trigger_mode is TriggerMode.REALTIME:
+        return default_local_master(extra_slots=REALTIME_EXTRA_SLOTS)
+    return None
+
+
+def _statuses(ctx: PipelineContext, tracker: ProgressTracker) -> list[dict[str, Any]]:
+    """Every query's status (`ProgressTracker.status`) and how it runs (``trigger``)."""
+    return [
+        tracker.status(q) | {"trigger": ctx.mode_of_query.get(q.name, TriggerMode.MICROBATCH).value}
+        for q in ctx.queries
+    ]
+
+
 def run_pipeline(path: Path, settings: RunSettings) -> None:
     """Run the pipeline file at *path* until a signal, *duration_s*, or a query failure."""
     from sparkiq.spark.session import (
         local_session,
         quiet_falling_behind,
+        quiet_stopping,
         use_local_checkpoint_files,
     )
 
@@ -140,7 +166,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="sparkiq-spark-"))
     spark = local_session(
         f"sparkiq pipeline {path.stem}",
-        master=settings.master,
+        master=_master(settings),
         shuffle_partitions=settings.shuffle_partitions,
         conf=spark_conf(settings, scratch),
     )
@@ -189,6 +215,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         checkpoint_dir=settings.checkpoint_dir,
         app=settings.app,
         trigger_interval=settings.trigger_interval,
+        trigger_mode=settings.trigger_mode,
         max_offsets_per_trigger=settings.max_offsets_per_trigger,
         params=dict(settings.params),
         kafka_security=settings.kafka_security,
@@ -197,9 +224,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
     )
     status_file = settings.status_file
     if status_file is not None:
-        ctx.on_wait = lambda: _write_status(
-            status_file, [tracker.status(q) for q in ctx.queries], running=False
-        )
+        ctx.on_wait = lambda: _write_status(status_file, _statuses(ctx, tracker), running=False)
     try:
         pipeline_fn(ctx)
         if not ctx.queries:
@@ -211,6 +236,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         )
         _watch(ctx, settings, stop, tracker)
     finally:
+        quiet_stopping(spark)
         with _py4j_quiet():
             for query in ctx.queries:
                 try:
@@ -218,9 +244,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
                 except Exception as exc:  # a stop error must not hide the first failure
                     log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
         if settings.status_file is not None and ctx.queries:
-            _write_status(
-                settings.status_file, [tracker.status(q) for q in ctx.queries], running=False
-            )
+            _write_status(settings.status_file, _statuses(ctx, tracker), running=False)
         spark.stop()
         publisher.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -331,7 +355,7 @@ def _watch(
             return
         if now >= next_progress:
             next_progress = now + settings.progress_interval_s
-            statuses = [tracker.status(q) for q in ctx.queries]
+            statuses = _statuses(ctx, tracker)
             for status in statuses:
                 log.info("pipeline %s", _progress_line(status))
             if settings.status_file is not None:

@@ -106,6 +106,26 @@ def quiet_falling_behind(spark: SparkSession) -> None:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
 
 
+# A Real-Time query's tasks run as long as the query: stopping it interrupts them while they
+# write, and Spark logs each one's abort as an error with its stack (the records it had not
+# committed are read again on the next start, as after any stop).
+_STOP_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.scheduler.DAGScheduler",
+)
+
+
+def quiet_stopping(spark: SparkSession) -> None:
+    """Log nothing of the tasks that stopping the queries cuts off (call it just before)."""
+    jvm: Any = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    for name in _STOP_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+
+
 def _private_local_dir() -> str:
     """A scratch directory for this process's Spark, removed when the process exits.
 
@@ -139,9 +159,10 @@ def _with_jars(settings: dict[str, str], jars: list[Path]) -> None:
     settings["spark.jars"] = ",".join(given + [str(j) for j in jars if str(j) not in given])
 
 
-def default_local_master() -> str:
+def default_local_master(extra_slots: int = 0) -> str:
     """The master of a pipeline run without one: local mode with twice as many task slots as
-    the machine has cores.
+    the machine has cores (and *extra_slots* more: a run in Real-Time Mode, whose queries
+    hold a slot per source partition while they run).
 
     A task of sparkiq's Kafka source or sink holds its slot while a Python worker reads or
     produces, its JVM thread waiting; with one slot per core (``local[*]``), the micro-batch
@@ -151,7 +172,7 @@ def default_local_master() -> str:
     2 cores: 1.06-1.23 s with ``local[2]`` (3 runs), 0.83-1.08 s with ``local[4]`` in 5 runs
     of 6 (measured by hand when it was chosen); its throughput did not change.
     """
-    return f"local[{2 * (os.cpu_count() or 1)}]"
+    return f"local[{2 * (os.cpu_count() or 1) + extra_slots}]"
 
 
 def local_session(

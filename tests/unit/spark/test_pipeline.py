@@ -16,6 +16,7 @@ from sparkiq.kafka.rights import Operation, Resource
 from sparkiq.kafka.roles import pipeline_needs
 from sparkiq.spark.materialize import define_table, prepare_table
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
+from sparkiq.spark.realtime import TriggerMode
 from tests.support.secured import SecuredKafka, grants_for
 
 
@@ -165,3 +166,46 @@ def test_a_changelog_the_pipeline_may_not_write_is_named_before_a_query_starts(
         )
     assert f"principal User:pipeline may not WRITE topic {table.topic} " in str(info.value)
     assert "catalog" not in str(info.value)  # what it may do is not named
+
+
+class RefusedQuery(FakeQuery):
+    """A query Spark refused to run in Real-Time Mode as it started."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.isActive = False
+
+    def exception(self) -> str:
+        return (
+            "[STREAMING_REAL_TIME_MODE.OPERATOR_OR_SINK_NOT_IN_ALLOWLIST] Streaming real-time "
+            "mode has the following limitation: ...\n\tat org.apache.spark..."
+        )
+
+
+def test_a_query_spark_refuses_in_real_time_mode_runs_in_micro_batches(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = PipelineContext(spark=cast(Any, None), bootstrap_servers="b", checkpoint_dir=tmp_path)
+    started: list[TriggerMode] = []
+
+    def start(mode: TriggerMode) -> Any:
+        started.append(mode)
+        if mode is TriggerMode.REALTIME:
+            return RefusedQuery("routes")
+        query = FakeQuery("routes")
+        query.lastProgress = {"batchId": 0}
+        return query
+
+    with caplog.at_level("WARNING"):
+        query = ctx._start_in("routes", start, TriggerMode.REALTIME)
+    assert started == [TriggerMode.REALTIME, TriggerMode.MICROBATCH]
+    assert ctx.queries == [query]
+    assert query.isActive
+    assert ctx.mode_of_query["routes"] is TriggerMode.MICROBATCH
+    assert "query 'routes' runs in micro-batches, not Real-Time Mode: Spark refused it: " in (
+        caplog.text
+    )
+    assert "OPERATOR_OR_SINK_NOT_IN_ALLOWLIST" in caplog.text
+    assert "\tat org" not in caplog.text
+    ctx.restart(query)  # from its checkpoint, as it runs now: in micro-batches
+    assert started[-1] is TriggerMode.MICROBATCH

@@ -5,10 +5,12 @@ and how often. (Running pipelines: tests/e2e.)"""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
-from sparkiq.spark.runner import RestartBudget, _py4j_quiet, restart_reason
+from sparkiq.spark.realtime import REALTIME_EXTRA_SLOTS, TriggerMode
+from sparkiq.spark.runner import RestartBudget, RunSettings, _master, _py4j_quiet, restart_reason
 
 PY4J_SAYS = "There was an exception while executing the Python Proxy on the Python Side."
 
@@ -49,3 +51,15 @@ def test_restarts_are_counted_per_query_within_a_window() -> None:
     assert budget.take("routes") == 1
     now[0] = 601.0  # a broker restart a month later is worth a restart again
     assert budget.take("tables") == 1
+
+
+def test_a_local_real_time_run_gets_task_slots_for_its_sources(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    realtime = RunSettings("b", Path("c"), trigger_mode=TriggerMode.REALTIME)
+    assert _master(realtime) == f"local[{4 + REALTIME_EXTRA_SLOTS}]"
+    assert _master(RunSettings("b", Path("c"))) is None  # local_session's default
+    given = RunSettings("b", Path("c"), master="spark://h:7077", trigger_mode=TriggerMode.REALTIME)
+    assert _master(given) == "spark://h:7077"

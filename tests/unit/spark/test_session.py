@@ -27,6 +27,8 @@ def test_local_mode_gets_two_task_slots_per_core(monkeypatch: pytest.MonkeyPatch
     assert default_local_master() == "local[6]"
     monkeypatch.setattr("os.cpu_count", lambda: None)  # unknown: as one core
     assert default_local_master() == "local[2]"
+    # A run in Real-Time Mode: room besides for the partitions its queries hold slots for.
+    assert default_local_master(extra_slots=8) == "local[10]"
 
 
 @pytest.mark.spark

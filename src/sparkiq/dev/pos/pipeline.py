@@ -39,6 +39,12 @@ Two layouts (``sparkiq run --param layout=...``), measured side by side in docs/
   two queries (the shuffle costs what the second read and parse saved), and every
   micro-batch is longer (a stage more, the routes' work), and so are the tables' refreshes.
 
+With ``sparkiq run --trigger realtime`` the routes' query runs in Spark's Real-Time Mode
+(stateless: each invoice through to its topics in milliseconds) where Spark's Kafka connector
+is installed; the tables' query aggregates and finishes the notifications on the driver, so
+it runs in micro-batches and says so at start (Spark 4.2's Real-Time Mode runs no
+aggregation; 4.3's does, but not a ``foreachBatch`` step).
+
 The parameters ``tables_trigger`` and ``routes_trigger`` override the triggers. In
 ``two-queries`` a routes micro-batch reads up to as many more invoices than the pipeline's
 cap as its trigger is longer than the tables' (`routes_cap`), so a backlog goes at the
@@ -58,6 +64,7 @@ from sparkiq.dev.pos.generator import DEFAULT_STORES, store_directory
 from sparkiq.dev.pos.loyalty import with_notifications
 from sparkiq.dev.pos.tables import NOTE_TYPE, table_records
 from sparkiq.spark.materialize import define_table
+from sparkiq.spark.realtime import TriggerMode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -359,15 +366,16 @@ def pipeline(ctx: PipelineContext) -> None:
         raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     tables_trigger = ctx.params.get("tables_trigger", TABLES_TRIGGER)
     routes_trigger = ctx.params.get("routes_trigger", ROUTES_TRIGGER)
-    source = parse_invoices(
-        ctx.read(
-            topics["source"],
-            max_offsets_per_trigger=None
-            if layout == "one-query"
-            else routes_cap(ctx.max_offsets_per_trigger, routes_trigger, tables_trigger),
-        ),
-        ROUTES_SCHEMA,
-    )
+    # One query finishes on the driver (micro-batches in every mode) and keeps the pipeline's
+    # cap. The routes' own query reads without one in a Real-Time run: Real-Time Mode
+    # refuses a cap, and the routes need none there (they keep up record by record).
+    if layout == "one-query":
+        cap = ctx.max_offsets_per_trigger
+    elif ctx.trigger_mode is TriggerMode.REALTIME:
+        cap = None
+    else:
+        cap = routes_cap(ctx.max_offsets_per_trigger, routes_trigger, tables_trigger)
+    source = parse_invoices(ctx.read(topics["source"], max_offsets_per_trigger=cap), ROUTES_SCHEMA)
     if layout == "one-query":
         share_scans(ctx.spark)
         # As many partitions after the shared exchange as the session has task slots.
@@ -383,10 +391,15 @@ def pipeline(ctx: PipelineContext) -> None:
     # Every table and the notifications from one aggregation (`sparkiq.dev.pos.tables`),
     # the notifications' running totals filled in on the driver.
     # In two queries, the tables' own read parses only what they need.
+    # Its finishing step keeps the tables' query in micro-batches in every mode: its read
+    # keeps the pipeline's cap.
     invoices = (
         source
         if layout == "one-query"
-        else parse_invoices(ctx.read(topics["source"]), TABLES_SCHEMA)
+        else parse_invoices(
+            ctx.read(topics["source"], max_offsets_per_trigger=ctx.max_offsets_per_trigger),
+            TABLES_SCHEMA,
+        )
     )
     tables = table_records(valid_invoices(invoices), rewards, latest, sales, topics["loyalty"])
 
