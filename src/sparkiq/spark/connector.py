@@ -49,6 +49,8 @@ __all__ = [
 BUILTIN_FORMAT = "kafka"
 # The class Spark's `kafka` format resolves to; present only with the connector's jar.
 BUILTIN_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+# The broker's longest wait per fetch of a micro-batch query's consumers (see `source_options`).
+MICRO_BATCH_FETCH_WAIT_MS = 10
 # Spark's Kafka source schema (with includeHeaders=true), in its order; sparkiq's source
 # gives the same (`sparkiq.spark.rangeread.SCHEMA`).
 KAFKA_COLUMNS = (
@@ -185,8 +187,10 @@ def source_options(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     security: KafkaSecurity = PLAINTEXT,
+    micro_batches: bool = True,
 ) -> KafkaIO:
-    """What reading *topics* takes with *connector* (BUILTIN or PYTHON)."""
+    """What reading *topics* takes with *connector* (BUILTIN or PYTHON); *micro_batches*:
+    the query reads in micro-batches (False: it may run in Real-Time Mode)."""
     if not topics:
         raise ConfigError("read() needs at least one topic")
     options = {"subscribe": ",".join(topics), "startingOffsets": starting_offsets}
@@ -199,6 +203,13 @@ def source_options(
         # A topic compacted or truncated under a running query is not an error here
         # either: sparkiq's source reads what is there.
         options["failOnDataLoss"] = "false"
+        if micro_batches:
+            # A task's consumer leaves a fetch parked at the end of its range, and the next
+            # batch's first fetch of that partition waits until the broker answers it: with
+            # Kafka's 500 ms default, up to 500 ms of every micro-batch. A range is in the
+            # log already, so a short wait costs nothing (sparkiq's source: FETCH_WAITS_MS).
+            # A Real-Time query polls for new records and keeps the default, not spinning.
+            options["kafka.fetch.max.wait.ms"] = str(MICRO_BATCH_FETCH_WAIT_MS)
         options.update({f"kafka.{k}": v for k, v in java_security(security).items()})
         return KafkaIO(BUILTIN_FORMAT, options)
     _check_resolved(connector)

@@ -253,13 +253,16 @@ class PipelineContext:
                 f"max_offsets_per_trigger must be at least 1, got {max_offsets_per_trigger}"
             )
         self.sources.update(topics)
+        cap = max_offsets_per_trigger or self._default_cap()
         source = source_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,
             topics=topics,
             starting_offsets=starting_offsets,
-            max_offsets_per_trigger=max_offsets_per_trigger or self._default_cap(),
+            max_offsets_per_trigger=cap,
             security=self.kafka_security,
+            # A capped read runs in micro-batches whatever the run's trigger.
+            micro_batches=self.trigger_mode is not TriggerMode.REALTIME or cap is not None,
         )
         return self.spark.readStream.format(source.format).options(**source.options).load()
 

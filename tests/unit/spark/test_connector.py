@@ -240,7 +240,18 @@ def test_builtin_source_options() -> None:
         "maxOffsetsPerTrigger": "500",
         "includeHeaders": "true",
         "failOnDataLoss": "false",
+        "kafka.fetch.max.wait.ms": "10",
     }
+
+
+def test_a_builtin_read_that_may_run_in_real_time_keeps_kafka_s_fetch_wait() -> None:
+    # A Real-Time query polls for new records: a 10-ms wait would have it fetch 100 times a
+    # second per idle partition.
+    io = source_options(
+        KafkaConnector.BUILTIN, bootstrap_servers="b:9092", topics=("a",), micro_batches=False
+    )
+    assert "kafka.fetch.max.wait.ms" not in io.options
+    assert "maxOffsetsPerTrigger" not in io.options
 
 
 def test_python_source_options() -> None:

@@ -14,6 +14,7 @@ from sparkiq.core.errors import AccessDeniedError, ConfigError
 from sparkiq.dev.acls import Grant
 from sparkiq.kafka.rights import Operation, Resource
 from sparkiq.kafka.roles import pipeline_needs
+from sparkiq.spark.connector import KafkaConnector
 from sparkiq.spark.materialize import define_table, prepare_table
 from sparkiq.spark.pipeline import PipelineContext, load_pipeline
 from sparkiq.spark.realtime import TriggerMode
@@ -125,6 +126,26 @@ def test_a_read_may_cap_its_micro_batches_otherwise_than_the_context() -> None:
         ctx.read("pos", max_offsets_per_trigger=0)
     uncapped = PipelineContext(spark=cast(Any, spark), bootstrap_servers="b", checkpoint_dir="c")
     assert "maxOffsetsPerTrigger" not in cast(Any, uncapped.read("pos"))
+
+
+def test_only_reads_that_may_run_in_real_time_keep_kafka_s_fetch_wait() -> None:
+    spark = FakeSpark()
+
+    def ctx(mode: TriggerMode) -> PipelineContext:
+        return PipelineContext(
+            spark=cast(Any, spark),
+            bootstrap_servers="b",
+            checkpoint_dir="c",
+            max_offsets_per_trigger=20,
+            trigger_mode=mode,
+            kafka_connector=KafkaConnector.BUILTIN,
+        )
+
+    wait = "kafka.fetch.max.wait.ms"
+    assert cast(Any, ctx(TriggerMode.MICROBATCH).read("pos"))[wait] == "10"
+    realtime = ctx(TriggerMode.REALTIME)
+    assert wait not in cast(Any, realtime.read("pos"))  # uncapped: it may run in real time
+    assert cast(Any, realtime.read("pos", max_offsets_per_trigger=5))[wait] == "10"
 
 
 def test_a_source_the_pipeline_may_not_read_is_named_before_a_query_starts(
