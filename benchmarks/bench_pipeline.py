@@ -59,18 +59,19 @@ from typing import Any
 
 import aiohttp
 import orjson
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 import sparkiq.dev.pos.pipeline as pos_pipeline
 from sparkiq.dev.broker import make_broker, spark_connector_for
+from sparkiq.dev.freshness import InvoiceTopicWatch
 from sparkiq.dev.localcluster import LocalCluster
 from sparkiq.dev.localpipeline import PipelineProcess
 from sparkiq.dev.pos.generator import InvoiceGenerator, produce_invoices
-from sparkiq.kafka.admin import create_topic, partition_count
+from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import DEFAULT_APP
-from sparkiq.kafka.offsets import true_end_offsets
 
 SOURCE = "pos"
+WATCH_GROUP = "bench-pipeline-watch"  # the consumer of the changelog and hadoop-sink watches
 TRIGGER = "1 second"
 
 RATE_REFERENCE = r"""
@@ -222,44 +223,6 @@ def throughput(
     return [n / _burst(pipeline, bootstrap, gen, n) for _ in range(bursts)]
 
 
-class ChangelogWatch:
-    """When each invoice number first appears in a topic whose values are JSON objects with
-    an ``InvoiceNumber``: the `latest-invoice` changelog, or the routes' ``hadoop-sink``.
-
-    Splits freshness into the pipeline's part (produced -> in the changelog) and the serving
-    tier's (in the changelog -> answered over HTTP); and times the routes' query alone.
-    """
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        tps = [(topic, p) for p in range(partition_count(bootstrap, topic))]
-        ends = true_end_offsets(bootstrap, tps)
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "bench-pipeline-watch",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        self.consumer.assign([TopicPartition(t, p, ends[(t, p)]) for t, p in tps])
-        self.seen: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for msg in self.consumer.consume(num_messages=1000, timeout=0.05):
-                if msg.error() is None and msg.value():
-                    number = str(orjson.loads(msg.value() or b"{}").get("InvoiceNumber"))
-                    self.seen.setdefault(number, time.monotonic())
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.consumer.close()
-
-
 class BatchDurations:
     """Micro-batch durations per query, sampled from the runner's status file."""
 
@@ -357,8 +320,8 @@ async def freshness(
     """
     acked: list[tuple[str, str, int, float]] = []  # customer, invoice, created, sent at
     durations = BatchDurations()
-    watch = ChangelogWatch(bootstrap, f"{DEFAULT_APP}.table.latest-invoice")
-    routes = ChangelogWatch(bootstrap, pos_pipeline.DEFAULT_TOPICS["hadoop"])
+    watch = InvoiceTopicWatch(bootstrap, f"{DEFAULT_APP}.table.latest-invoice", group=WATCH_GROUP)
+    routes = InvoiceTopicWatch(bootstrap, pos_pipeline.DEFAULT_TOPICS["hadoop"], group=WATCH_GROUP)
     lock = threading.Lock()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     customers = [c.card_no for c in gen.customers]

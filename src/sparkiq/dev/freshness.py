@@ -67,16 +67,20 @@ class Freshness:
         return out
 
 
-class _TopicWatch:
-    """When each invoice number first appears in a topic of JSON values with one."""
+class InvoiceTopicWatch:
+    """When each invoice number first appears in a topic whose values are JSON objects with
+    an ``InvoiceNumber`` (a table's changelog, or the routes' ``hadoop-sink``), read from
+    the topic's end at the start; *group* names the consumer to the broker."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, *, group: str = "sparkiq-demo-freshness"
+    ) -> None:
         tps = [(topic, p) for p in range(partition_count(bootstrap, topic))]
         ends = true_end_offsets(bootstrap, tps)
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": "sparkiq-demo-freshness",
+                "group.id": group,
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 10,
             }
@@ -129,7 +133,7 @@ def measure_freshness(
     node at *url* is asked for every customer still awaited at once (one multi-get every
     `POLL_S`), so a slow pipeline costs the demo its own delay, not one per probe."""
     gen = InvoiceGenerator(seed)
-    watch = _TopicWatch(bootstrap, routes_topic)
+    watch = InvoiceTopicWatch(bootstrap, routes_topic)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     pending: list[_Probe] = []
     sent: dict[str, float] = {}
