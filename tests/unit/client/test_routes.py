@@ -4,20 +4,12 @@ sessions (no window size) is kept, and its keys are placed by the key alone."""
 from __future__ import annotations
 
 from sparkiq.client.routes import parse_routes
-from sparkiq.core.kstreams import StoreType, kstreams_table
 from sparkiq.core.tables import WindowLayout
+from tests.support.kstreamstables import session_table
 
 
 def test_a_session_table_is_routed_like_any_windowed_table() -> None:
-    sessions = kstreams_table(
-        "sessions",
-        application_id="shop",
-        store="sessions",
-        store_type=StoreType.SESSION,
-        partitions=4,
-        key_serde="string",
-        value_serde="long",
-    )
+    sessions = session_table()
     meta = {
         "tables": [sessions.summary()],
         "partitions": [{"table": "sessions", "partition": 2, "active": "http://a"}],

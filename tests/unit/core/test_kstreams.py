@@ -30,13 +30,11 @@ from sparkiq.core.serde import split_window_store_key, window_store_key
 from sparkiq.core.tables import Format, TableDef, TableKind, WindowLayout
 from sparkiq.core.value_codecs import value_codec
 from sparkiq.node.restore.batches import store_key_fn
+from tests.support import kstreamstables as kstreams_tables
+from tests.support.kstreamstables import be
 
 START = 1_764_000_000_000  # 2025-11-24, ms
 END = START + 4_321
-
-
-def be(n: int, size: int) -> bytes:
-    return n.to_bytes(size, "big", signed=True)
 
 
 def window_table(**kw: object) -> TableDef:
@@ -54,16 +52,7 @@ def window_table(**kw: object) -> TableDef:
 
 
 def session_table() -> TableDef:
-    return kstreams_table(
-        "sessions",
-        application_id="shop",
-        store="sessions",
-        store_type=StoreType.SESSION,
-        partitions=4,
-        key_serde="string",
-        value_serde="long",
-        retention_ms=86_400_000,
-    )
+    return kstreams_tables.session_table(retention_ms=86_400_000)
 
 
 def test_changelog_topic_is_application_id_store_changelog() -> None:

@@ -10,12 +10,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkiq.core.kstreams import StoreType, kstreams_table, session_changelog_key
+from sparkiq.core.kstreams import session_changelog_key
 from sparkiq.core.serde import window_store_key
 from sparkiq.core.tables import Format, TableDef
 from sparkiq.kafka.admin import create_topic
 from sparkiq.node.changes import Change, ChangeFeed, changes_of
 from sparkiq.node.restore import Restorer, store_key_fn
+from tests.support.kstreamstables import session_table
 from tests.support.restore import Tables, produce
 
 pytest_plugins = ["tests.support.restore"]
@@ -72,10 +73,7 @@ def test_changes_of_takes_the_written_records_of_watched_partitions() -> None:
 
 
 def test_changes_of_a_session_table_carry_the_stored_value_with_the_sessions_end() -> None:
-    sessions = kstreams_table(
-        "sessions", application_id="a", store="s", store_type=StoreType.SESSION,
-        partitions=1, key_serde="string", value_serde="long",
-    )  # fmt: skip
+    sessions = session_table(partitions=1)
     key_fn = store_key_fn(sessions)
     wire = session_changelog_key(b"k", 2_000, 1_000)
     got = changes_of(

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import orjson
 
-from sparkiq.core.kstreams import StoreType, kstreams_table
 from sparkiq.core.serde import window_store_key
 from sparkiq.http.watches.rangefeed import WatchedRange
+from tests.support.kstreamstables import session_table
 
 
 def test_a_session_change_shows_its_start_end_and_value() -> None:
-    sessions = kstreams_table(
-        "sessions", application_id="a", store="s", store_type=StoreType.SESSION,
-        partitions=1, key_serde="string", value_serde="long",
-    )  # fmt: skip
+    sessions = session_table(partitions=1)
     watched = WatchedRange(sessions, (0,), None, None, None, "/v1/tables/sessions/changes", {})
     key = window_store_key(b"alice", 1_000)
     stored = (4_500).to_bytes(8, "big") + (3).to_bytes(8, "big")

@@ -13,8 +13,6 @@ import pytest
 from rocksdict import WriteBatch
 
 from sparkiq.core.kstreams import (
-    StoreType,
-    kstreams_table,
     session_changelog_key,
     window_end_and_value,
 )
@@ -23,25 +21,10 @@ from sparkiq.core.serde import split_window_store_key, window_wire_key
 from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.node.restore.batches import Run, check_placement, split_batch, store_key_fn
 from sparkiq.node.stores.partitionstore import PartitionStore
+from tests.support.kstreamstables import be, session_table
 
 START = 1_764_000_000_000  # 2025-11-24, ms
 END = START + 4_321
-
-
-def be(n: int, size: int) -> bytes:
-    return n.to_bytes(size, "big", signed=True)
-
-
-def session_table() -> TableDef:
-    return kstreams_table(
-        "sessions",
-        application_id="shop",
-        store="sessions",
-        store_type=StoreType.SESSION,
-        partitions=4,
-        key_serde="string",
-        value_serde="long",
-    )
 
 
 @dataclass
