@@ -42,7 +42,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +60,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402  (a sibling script, not a package: node start-up and /proc)
+from bench_watch import pct, update_producer  # noqa: E402  (a sibling script, as bench_scale)
 
 TABLE = "lagged"
 DRAIN_S = 1.0  # after the last update, before what arrived is collected
@@ -73,14 +73,6 @@ def key_of(i: int) -> bytes:
 
 def value_of(seq: int, sent: float) -> bytes:
     return b'{"seq":%d,"t":%.6f,"pad":"%s"}' % (seq, sent, b"x" * 64)
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) by nearest rank; nan for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 class Updates:
@@ -293,15 +285,7 @@ def main() -> None:
             app = f"applylag{uuid.uuid4().hex[:6]}"
             table = TableDef(TABLE, f"{app}-{TABLE}", args.partitions, Format.STRING, Format.JSON)
             create_topic(bootstrap, table.topic, args.partitions)
-            producer = Producer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "partitioner": "murmur2_random",  # as sparkiq's sinks
-                    "linger.ms": 0,  # each update sent at once
-                    "socket.nagle.disable": True,
-                    "acks": 1,
-                }
-            )
+            producer = update_producer(bootstrap)
             for i in range(args.keys):
                 producer.produce(table.topic, value_of(-1, 0.0), key_of(i))
             if producer.flush(60):

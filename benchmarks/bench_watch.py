@@ -107,6 +107,19 @@ def value_of(seq: int, sent: float) -> bytes:
     return b'{"seq":%d,"t":%.6f,"pad":"%s"}' % (seq, sent, PAD.encode())
 
 
+def update_producer(bootstrap: str) -> Producer:
+    """A producer that places keys as sparkiq's sinks do and sends each update at once."""
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",  # as sparkiq's sinks
+            "linger.ms": 0,  # each update sent at once
+            "socket.nagle.disable": True,
+            "acks": 1,
+        }
+    )
+
+
 def pct(values: Sequence[float], q: float) -> float:
     """The q-quantile (0..1) by nearest rank; nan for no values."""
     if not values:
@@ -854,15 +867,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[Results, dict[str, Any]]:
             Format.JSON,
         )
         create_topic(bootstrap, table.topic, args.partitions)
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "partitioner": "murmur2_random",  # as sparkiq's sinks
-                "linger.ms": 0,  # each update sent at once
-                "socket.nagle.disable": True,
-                "acks": 1,
-            }
-        )
+        producer = update_producer(bootstrap)
         for i in range(args.keys):
             producer.produce(table.topic, value_of(-1, 0.0), bench_scale.key_of(i))
             if i % 10_000 == 0:
