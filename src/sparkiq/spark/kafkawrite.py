@@ -23,6 +23,14 @@ driver as Arrow, passed through *finish*, and what it returns is produced; the o
 are produced as above, by the executors' tasks in the same pass over the micro-batch (which
 hand the finishing rows back instead of producing them), or from the driver when the batch
 is small.
+
+A query with a finishing step that writes through Spark's own sink (which cannot hand rows
+back) gives a *driver_sink* as well, sparkiq's options for the same broker: its small
+micro-batches are then collected whole in one Spark job, finished and produced from the
+driver by sparkiq's producer, where Spark's sink took three jobs (the batch kept in memory
+and written, its finishing rows collected, the finished rows written again) and ~175 ms of
+planning and Python around them on two cores (`bench_pipeline.py`, the tables' query at 50
+invoices/s); its large ones keep Spark's sink for the rows the step does not need.
 """
 
 from __future__ import annotations
@@ -64,11 +72,13 @@ def start_kafka_write(
     finish: Finish | None = None,
     finish_rows: Column | None = None,
     realtime_batch: str | None = None,
+    driver_sink: KafkaIO | None = None,
 ) -> StreamingQuery:
     """Start a streaming query named *name* writing *df* (key, value[, topic]) to Kafka
     through *sink* (`sparkiq.spark.connector.sink_options`). With *finish*, the rows where
     *finish_rows* holds (every row when it is None) go through it on the driver before they
-    are produced (`BatchProducer`). With *realtime_batch* (a duration) the query runs in
+    are produced (`BatchProducer`; *driver_sink*: sparkiq's sink options to produce them
+    there when *sink* is Spark's). With *realtime_batch* (a duration) the query runs in
     Spark's Real-Time Mode, batches that long, straight into Spark's Kafka sink
     (`sparkiq.spark.realtime` says which queries can)."""
     if realtime_batch is not None:
@@ -94,7 +104,9 @@ def start_kafka_write(
     if sink.format != FORMAT_NAME and finish is None:
         return writer.format(sink.format).options(**sink.options).start()
     local = (df.sparkSession.sparkContext.master or "").startswith("local")
-    producer = BatchProducer(sink, checkpoint_location, local=local, finish=finish)
+    producer = BatchProducer(
+        sink, checkpoint_location, local=local, finish=finish, driver_sink=driver_sink
+    )
     return writer.foreachBatch(producer).start()
 
 
@@ -109,8 +121,16 @@ class BatchProducer:
         local: bool,
         driver_max_records: int = DRIVER_MAX_RECORDS,
         finish: Finish | None = None,
+        driver_sink: KafkaIO | None = None,
     ) -> None:
         self.sink = sink
+        # What the driver produces with: sparkiq's sink (the query's own, or *driver_sink*
+        # beside Spark's); None: Spark's sink writes whatever the driver holds.
+        self.driver_sink = sink if sink.format == FORMAT_NAME else driver_sink
+        if self.driver_sink is not None and self.driver_sink.format != FORMAT_NAME:
+            raise ConfigError(
+                f"driver_sink must be {FORMAT_NAME}'s options, not {self.driver_sink.format}'s"
+            )
         self.checkpoint_location = checkpoint_location
         self.local = local
         self.driver_max_records = driver_max_records
@@ -123,7 +143,7 @@ class BatchProducer:
 
     def produces_in_driver(self, batch_id: int) -> bool:
         """Whether micro-batch *batch_id* is produced from the driver (see the module)."""
-        if not self.local or self.sink.format != FORMAT_NAME:
+        if not self.local or self.driver_sink is None:
             return False
         records = batch_records(self.checkpoint_location, batch_id)
         return records is not None and records <= self.driver_max_records
@@ -152,12 +172,12 @@ class BatchProducer:
 
     def _produce(self, records: pa.Table, batch: DataFrame) -> None:
         """Produce *records*, collected on the driver (of *batch*), every one acknowledged."""
-        if self.sink.format != FORMAT_NAME:
+        if self.driver_sink is None:
             write_kafka_once(batch.sparkSession.createDataFrame(records), self.sink)
             return
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        options = SinkOptions.parse(self.sink.options, from_arrow_schema(records.schema))
+        options = SinkOptions.parse(self.driver_sink.options, from_arrow_schema(records.schema))
         if self._producer is None:
             self._producer = new_producer(options)
         produce_batches(options, records.to_batches(), self._producer)

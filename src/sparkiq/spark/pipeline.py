@@ -315,6 +315,19 @@ class PipelineContext:
             security=self.kafka_security,
         )
         mode = self.choose_mode(name, df, trigger, finishes_on_driver=finish is not None)
+        # Beside Spark's sink, sparkiq's producer for what the finishing step leaves on the
+        # driver (`sparkiq.spark.kafkawrite`): the records placed as Spark's sink places them.
+        driver_sink = (
+            sink_options(
+                KafkaConnector.PYTHON,
+                bootstrap_servers=self.bootstrap_servers,
+                topic=topic,
+                windowed_topics=list(windowed),
+                security=self.kafka_security,
+            )
+            if builtin and finish is not None
+            else None
+        )
 
         def start(mode: TriggerMode) -> StreamingQuery:
             return start_kafka_write(
@@ -327,6 +340,7 @@ class PipelineContext:
                 finish=finish,
                 finish_rows=finish_rows,
                 realtime_batch=self.realtime_batch if mode is TriggerMode.REALTIME else None,
+                driver_sink=driver_sink,
             )
 
         return self._start_in(name, start, mode)

@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from sparkiq.core.errors import ConfigError
 from sparkiq.core.partitioner import partition_for
 from sparkiq.kafka.admin import create_topic
 from sparkiq.spark.connector import KafkaConnector, sink_options
@@ -29,11 +30,13 @@ def _write_400(
     checkpoint: str,
     values: Callable[[int], bytes],
     columns: list[Column],
+    builtin: bool = False,
     **producer: Any,
 ) -> BatchProducer:
     """Produce 400 records (key k<i>, value *values(i)*) on two partitions of *topics[0]*,
     stream them in batches of 100 as *columns* through a `BatchProducer` (*producer*: its
-    options) into *topics[1]* (3 partitions); return the producer once done."""
+    options; *builtin*: writing through Spark's sink) into *topics[1]* (3 partitions);
+    return the producer once done."""
     source, sink = topics
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 3)
@@ -43,6 +46,13 @@ def _write_400(
         checkpoint,
         **producer,
     )
+    if builtin:  # Spark's sink, sparkiq's producer on the driver beside it
+        writer = BatchProducer(
+            sink_options(KafkaConnector.BUILTIN, bootstrap_servers=bootstrap, topic=sink),
+            checkpoint,
+            driver_sink=writer.sink,
+            **producer,
+        )
     query = (
         spark.readStream.format("sparkiq-kafka")
         .option("bootstrap.servers", bootstrap)
@@ -103,6 +113,13 @@ def test_a_batch_over_the_limit_or_of_unknown_size_goes_to_the_executors(tmp_pat
     assert [writer.produces_in_driver(b) for b in (0, 1, 2, 3)] == [False, True, False, False]
     remote = BatchProducer(sink, str(tmp_path), local=False)
     assert not remote.produces_in_driver(1)
+    # Spark's sink: from the driver only with sparkiq's producer beside it.
+    spark_sink = sink_options(KafkaConnector.BUILTIN, bootstrap_servers="127.0.0.1:9", topic="t")
+    assert not BatchProducer(spark_sink, str(tmp_path), local=True).produces_in_driver(1)
+    beside = BatchProducer(spark_sink, str(tmp_path), local=True, driver_sink=sink)
+    assert [beside.produces_in_driver(b) for b in (0, 1, 2)] == [False, True, False]
+    with pytest.raises(ConfigError, match="driver_sink"):
+        BatchProducer(spark_sink, str(tmp_path), local=True, driver_sink=spark_sink)
 
 
 def _finish(table: pa.Table) -> pa.Table:
@@ -119,13 +136,16 @@ def _finish(table: pa.Table) -> pa.Table:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("local", "in_driver"), [(True, 3), (False, 0)])
+@pytest.mark.parametrize(
+    ("local", "builtin", "in_driver"), [(True, False, 3), (False, False, 0), (True, True, 3)]
+)
 def test_flagged_rows_of_a_batch_go_through_finish_together_on_the_driver(
     spark: Any,
     bootstrap: str,
     unique_name: Callable[[str], str],
     tmp_path: Path,
     local: bool,
+    builtin: bool,
     in_driver: int,
 ) -> None:
     sink = unique_name("kwf-out")
@@ -137,13 +157,14 @@ def test_flagged_rows_of_a_batch_go_through_finish_together_on_the_driver(
         str(tmp_path / "cp"),
         lambda i: b"%d" % i,
         [F.col("key"), F.col("value"), mark.alias("mark"), mark.alias(FINISH_FLAG)],
+        builtin=builtin,
         local=local,
         driver_max_records=150,
         finish=_finish,
     )
     # The first batch (size unknown) goes through the executors, which produce the
-    # unflagged rows and hand the flagged ones to the driver; small ones, in local mode,
-    # are produced whole from the driver.
+    # unflagged rows and hand the flagged ones to the driver (Spark's sink: the batch kept
+    # for a second pass); small ones, in local mode, are produced whole from the driver.
     assert (writer.in_driver, writer.by_executors) == (in_driver, 4 - in_driver)
     written = {bytes(m.key() or b""): m.value() for m in read_topic(bootstrap, sink, 3)}
     assert len(written) == 400
