@@ -25,6 +25,13 @@ CONSUMER_CONF: Mapping[str, str | int | float | bool] = {
     # librdkafka's default, said out loud: a changelog written in transactions (Kafka
     # Streams' exactly-once) is served with its committed records only.
     "isolation.level": "read_committed",
+    # A partition whose fetched records fill the consumer's queue (`queued.min.messages`,
+    # `queued.max.messages.kbytes`: one 60-MB fetch nearly does) is fetched again only after
+    # this wait; librdkafka's default, 1 s, left a restoring restorer waiting in `poll` for
+    # 0.5-1 s of a 1M-record restore once it had drained the queue
+    # (`benchmarks/bench_restore.py`). It applies only to a full queue: a caught-up or idle
+    # consumer never waits on it.
+    "fetch.queue.backoff.ms": 10,
 }
 
 BATCH_SIZE = 10_000  # records per batch taken, and so at most per store write
