@@ -111,8 +111,14 @@ spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(p
 from_files = name.endswith("-files")
 stage = name.removesuffix("-files")
 connector = KafkaConnector(conn)
-# Where the pipeline's reads and writes get their options (`sparkiq.spark.connector`).
-sink = sink_options(connector, bootstrap_servers=bootstrap)
+# Options over the connector's (`sparkiq.spark.connector`, where the pipeline's reads and
+# writes get theirs): --source-option, --sink-option.
+extra = json.loads(os.environ.get("BENCH_STAGE_OPTIONS", "{}"))
+
+def with_extra(io, kind):
+    return io.format, {**io.options, **extra.get(kind, {})}
+
+sink_format, sink_opts = with_extra(sink_options(connector, bootstrap_servers=bootstrap), "sink")
 
 def raw(topic, per_batch):
     if from_files:
@@ -122,9 +128,10 @@ def raw(topic, per_batch):
                 .select(F.lit(None).cast("binary").alias("key"),
                         F.col("value").cast("binary").alias("value"), F.lit(topic).alias("topic"),
                         F.lit(0).alias("partition"), F.lit(0).cast("long").alias("offset")))
-    read = source_options(connector, bootstrap_servers=bootstrap, topics=(topic,),
-                          max_offsets_per_trigger=int(per_batch))
-    return spark.readStream.format(read.format).options(**read.options).load()
+    fmt, opts = with_extra(source_options(connector, bootstrap_servers=bootstrap,
+                                          topics=(topic,), max_offsets_per_trigger=int(per_batch)),
+                           "source")
+    return spark.readStream.format(fmt).options(**opts).load()
 
 def query(kind, topic, per_batch, cp):
     df = raw(topic, per_batch)
@@ -132,7 +139,7 @@ def query(kind, topic, per_batch, cp):
     if kind.startswith("routes"):
         df = pos._routes(pos.parse_invoices(df), pos.DEFAULT_TOPICS)
         if kind == "routes-kafka":
-            return (df.writeStream.format(sink.format).options(**sink.options)
+            return (df.writeStream.format(sink_format).options(**sink_opts)
                     .trigger(availableNow=True).option("checkpointLocation", cp).start())
     elif not kind.startswith("read"):
         # parse, parse-x2: the whole invoice (the routes' parse); the rest: the tables' part.
@@ -154,6 +161,7 @@ def query(kind, topic, per_batch, cp):
 def tables_to_kafka(df, cp):
     from sparkiq.dev.pos.loyalty import with_notifications
     from sparkiq.dev.pos.tables import table_records
+    from sparkiq.spark.connector import KafkaIO
     from sparkiq.spark.kafkawrite import FINISH_FLAG, BatchProducer
     from sparkiq.spark.materialize import define_table, prepare_table, with_window_partitions
 
@@ -162,7 +170,9 @@ def tables_to_kafka(df, cp):
     for table in tables:
         prepare_table(bootstrap, table, app="bench")
     windowed = tables[2]
-    sink = sink_options(connector, bootstrap_servers=bootstrap, windowed_topics=[windowed.topic])
+    sink = KafkaIO(*with_extra(
+        sink_options(connector, bootstrap_servers=bootstrap, windowed_topics=[windowed.topic]),
+        "sink"))
     records = table_records(df, *tables, pos.DEFAULT_TOPICS["loyalty"])
     if connector is KafkaConnector.BUILTIN:  # as `PipelineContext.write` does
         records = with_window_partitions(records, {windowed.topic: windowed.partitions})
@@ -209,6 +219,7 @@ def run_stage(
     work: Path,
     conf: dict[str, str],
     connector: str,
+    options: dict[str, dict[str, str]],
 ) -> dict[str, Any]:
     """One stage alone in a child process: its full micro-batches over both topics."""
     out = subprocess.run(
@@ -229,7 +240,11 @@ def run_stage(
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "BENCH_STAGE_CONF": json.dumps(conf)},
+        env={
+            **os.environ,
+            "BENCH_STAGE_CONF": json.dumps(conf),
+            "BENCH_STAGE_OPTIONS": json.dumps(options),
+        },
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -283,6 +298,18 @@ def main() -> None:
         help="Apache Kafka (KRaft, one node; the default) or the dev broker",
     )
     parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        help="KEY=VALUE over the connector's read options (e.g. kafka.fetch.max.bytes=...)",
+    )
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        help="KEY=VALUE over the connector's write options (e.g. kafka.linger.ms=20)",
+    )
+    parser.add_argument(
         "--kafka-connector",
         choices=["builtin", "python"],
         help="the stages' Kafka reads and writes: Spark's connector or sparkiq's (default: "
@@ -290,6 +317,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
+    options = {
+        "source": dict(item.split("=", 1) for item in args.source_option),
+        "sink": dict(item.split("=", 1) for item in args.sink_option),
+    }
     connector = args.kafka_connector or (
         "builtin"
         if spark_connector_for(args.broker) == "auto" and kafka_connector_jars()
@@ -303,7 +334,11 @@ def main() -> None:
     if args.small_batches < args.warmup_batches + 3:
         parser.error("--small-batches must leave at least 3 after --warmup-batches")
 
-    print(f"load average before: {os.getloadavg()}; Kafka connector: {connector}", flush=True)
+    print(
+        f"load average before: {os.getloadavg()}; Kafka connector: {connector}; "
+        f"options over its own: {options}; Spark settings: {conf}",
+        flush=True,
+    )
     ref = rate_reference(args.batch, args.small_batch, args.seconds, args.shuffle_partitions)
     print(
         f"rate source reference: {ref['throughput']:,.0f} rows/s; batches of "
@@ -342,6 +377,7 @@ def main() -> None:
                 work,
                 conf,
                 connector,
+                options,
             )
             # Per query (parse-x2 and both run two), without its warm-up batches; a stage
             # goes at its slower query's rate and waits for its slower small batches.
