@@ -4,8 +4,11 @@
 reference. This one takes the pipeline apart, in the same run as the same reference, to show
 how much of the reference's rate each stage leaves before the next one is added:
 
-1. ``read``: the ``sparkiq-kafka`` source alone (the Python Data Source reading the invoices
-   into Arrow batches) into the ``noop`` sink;
+1. ``read``: the Kafka source alone into the ``noop`` sink: Spark's own (``--kafka-connector
+   builtin``, the default where it is installed) or sparkiq's ``sparkiq-kafka`` (``python``:
+   the Python Data Source reading the invoices into Arrow batches), with the options the
+   pipeline's reads get (`sparkiq.spark.connector.source_options`; ``--source-option`` sets
+   more, ``--sink-option`` for the writes below);
 2. ``parse``: the same plus `parse_invoices` and `valid_invoices` (JSON to columns, the
    validity checks) with the whole invoice's schema, as the routes parse it;
    ``parse-tables``: with the part of it the tables need (`pipeline.TABLES_SCHEMA`), as
@@ -19,7 +22,7 @@ how much of the reference's rate each stage leaves before the next one is added:
    invoices, update mode), into ``noop``;
 5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
    shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
-   through sparkiq's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
+   through the connector's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
    stage 4's records written as the pipeline writes them (`BatchProducer` with the
    notifications' `finish`: small micro-batches produced from the driver, large ones by
    the executors' tasks, the notifications' rows finished on the driver);
@@ -35,10 +38,10 @@ invoice when every query has): its figure is the lower of the two queries' media
 
 Every stage also has a ``-files`` variant (``tables-files``, ``parse-x2-files``, ...): the same
 query over the same invoices read from JSON-lines files by Spark's own ``text`` source, a
-file per micro-batch, instead of from the topic by sparkiq's Python source. No Python worker
+file per micro-batch, instead of from the topic by the Kafka source. No Python worker
 reads them, so the gap between a stage and its ``-files`` variant is what reading through
-Python costs it: a stand-in for a JVM-side source such as Spark's Kafka connector, which
-cannot be installed on the machine these figures come from. (The ``-files`` rows carry no
+Python costs it with ``--kafka-connector python`` (a stand-in for Spark's connector from
+before it was installed). (The ``-files`` rows carry no
 Kafka key, topic partition or offset; only the dead letters, none here, use them.)
 
 Each stage runs alone in a fresh child Spark session (local[2], the pipeline's settings),

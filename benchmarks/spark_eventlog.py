@@ -17,7 +17,8 @@ parse and write in one stage, or a job over a cached or collected batch); for ea
 wall time (submission to completion, stages of a batch run one after another) and its
 tasks' run and CPU time. ``outside stages`` is the batch's time with no stage of it running:
 the driver's (offsets, planning, the logs, ``foreachBatch``'s Python, collecting). The
-bursts: batches that overlap in time, any query, grouped; their wall time and input rows.
+bursts: batches of any query less than a second apart, grouped; their wall time and rows,
+and each batch's start (s after the burst's first), duration and rows.
 """
 
 from __future__ import annotations
@@ -160,22 +161,24 @@ def _busy_ms(spans: list[tuple[int, int]]) -> int:
     return total
 
 
-def bursts(batches: list[Batch]) -> list[list[Batch]]:
-    """*batches* grouped where they overlap in time (any query)."""
+def bursts(batches: list[Batch], gap_ms: int = 1000) -> list[list[Batch]]:
+    """*batches* grouped where one starts less than *gap_ms* after the ones before end."""
     groups: list[list[Batch]] = []
     reach = -1
     for b in sorted(batches, key=lambda b: b.start):
-        if not groups or b.start > reach:
+        if not groups or b.start > reach + gap_ms:
             groups.append([])
         groups[-1].append(b)
         reach = max(reach, b.end)
     return groups
 
 
-def summarize(batches: list[Batch], min_rows: int) -> None:
+def summarize(batches: list[Batch], min_rows: int, last: int | None = None) -> None:
     big = [b for b in batches if b.rows >= min_rows]
     if not big:
         raise SystemExit(f"no micro-batch of at least {min_rows} rows in the log")
+    if last:  # the last bursts only (bench_pipeline.py's measured ones, after its warm-up)
+        big = [b for group in bursts(big)[-last:] for b in group]
     print(f"{len(big)} micro-batches of >= {min_rows:,} rows")
     for group in bursts(big):
         start, end = min(b.start for b in group), max(b.end for b in group)
@@ -189,6 +192,11 @@ def summarize(batches: list[Batch], min_rows: int) -> None:
                 for q in queries
             )
         )
+        for b in sorted(group, key=lambda b: b.start):
+            print(
+                f"    {(b.start - start) / 1000:5.2f} s  {b.query}: "
+                f"{b.duration.get('triggerExecution', 0)} ms, {b.rows:,} rows"
+            )
     for query in sorted({b.query for b in big}):
         mine = [b for b in big if b.query == query]
         total = sum(b.duration.get("triggerExecution", 0) for b in mine)
@@ -234,8 +242,11 @@ def main() -> None:
     parser.add_argument(
         "--min-rows", type=int, default=1000, help="the batches counted: at least this many rows"
     )
+    parser.add_argument(
+        "--last-bursts", type=int, help="only the last N bursts (bench_pipeline.py's measured)"
+    )
     args = parser.parse_args()
-    summarize(read_log(args.log), args.min_rows)
+    summarize(read_log(args.log), args.min_rows, args.last_bursts)
 
 
 if __name__ == "__main__":
