@@ -4,8 +4,11 @@
 reference. This one takes the pipeline apart, in the same run as the same reference, to show
 how much of the reference's rate each stage leaves before the next one is added:
 
-1. ``read``: the ``sparkiq-kafka`` source alone (the Python Data Source reading the invoices
-   into Arrow batches) into the ``noop`` sink;
+1. ``read``: the Kafka source alone into the ``noop`` sink: Spark's own (``--kafka-connector
+   builtin``, the default where it is installed) or sparkiq's ``sparkiq-kafka`` (``python``:
+   the Python Data Source reading the invoices into Arrow batches), with the options the
+   pipeline's reads get (`sparkiq.spark.connector.source_options`; ``--source-option`` sets
+   more, ``--sink-option`` for the writes below);
 2. ``parse``: the same plus `parse_invoices` and `valid_invoices` (JSON to columns, the
    validity checks) with the whole invoice's schema, as the routes parse it;
    ``parse-tables``: with the part of it the tables need (`pipeline.TABLES_SCHEMA`), as
@@ -19,7 +22,7 @@ how much of the reference's rate each stage leaves before the next one is added:
    invoices, update mode), into ``noop``;
 5. ``routes``: `parse_invoices` plus the ``pos-routes`` query's records (dead letters,
    shipments, one masked record per line item) into ``noop``; ``routes-kafka``: the same
-   through sparkiq's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
+   through the connector's Kafka sink to the broker (~3.3 records per invoice); ``tables-kafka``:
    stage 4's records written as the pipeline writes them (`BatchProducer` with the
    notifications' `finish`: small micro-batches produced from the driver, large ones by
    the executors' tasks, the notifications' rows finished on the driver);
@@ -35,10 +38,10 @@ invoice when every query has): its figure is the lower of the two queries' media
 
 Every stage also has a ``-files`` variant (``tables-files``, ``parse-x2-files``, ...): the same
 query over the same invoices read from JSON-lines files by Spark's own ``text`` source, a
-file per micro-batch, instead of from the topic by sparkiq's Python source. No Python worker
+file per micro-batch, instead of from the topic by the Kafka source. No Python worker
 reads them, so the gap between a stage and its ``-files`` variant is what reading through
-Python costs it: a stand-in for a JVM-side source such as Spark's Kafka connector, which
-cannot be installed on the machine these figures come from. (The ``-files`` rows carry no
+Python costs it with ``--kafka-connector python`` (a stand-in for Spark's connector from
+before it was installed). (The ``-files`` rows carry no
 Kafka key, topic partition or offset; only the dead letters, none here, use them.)
 
 Each stage runs alone in a fresh child Spark session (local[2], the pipeline's settings),
@@ -72,10 +75,11 @@ from typing import Any
 import orjson
 
 from bench_pipeline import rate_reference
-from sparkiq.dev.broker import make_broker
+from sparkiq.dev.broker import make_broker, spark_connector_for
 from sparkiq.dev.pos.generator import Invoice, InvoiceGenerator, produce_invoices
 from sparkiq.dev.pos.pipeline import DEFAULT_TOPICS
 from sparkiq.kafka.admin import create_topic
+from sparkiq.spark.session import kafka_connector_jars
 
 SOURCE = "pos"
 SMALL = "pos-small"  # the same invoices, read in small batches
@@ -101,12 +105,23 @@ from sparkiq.dev.pos import pipeline as pos
 from sparkiq.dev.pos.tables import table_aggregates
 from sparkiq.spark.session import local_session
 
-name, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint, files = (
-    sys.argv[1:10])
+from sparkiq.spark.connector import KafkaConnector, sink_options, source_options
+
+name, bootstrap, source, small_source, batch, small_batch, partitions, checkpoint, files, conn = (
+    sys.argv[1:11])
 spark = local_session("bench-stage", master="local[2]", shuffle_partitions=int(partitions),
                       conf=json.loads(os.environ.get("BENCH_STAGE_CONF", "{}")))
 from_files = name.endswith("-files")
 stage = name.removesuffix("-files")
+connector = KafkaConnector(conn)
+# Options over the connector's (`sparkiq.spark.connector`, where the pipeline's reads and
+# writes get theirs): --source-option, --sink-option.
+extra = json.loads(os.environ.get("BENCH_STAGE_OPTIONS", "{}"))
+
+def with_extra(io, kind):
+    return io.format, {**io.options, **extra.get(kind, {})}
+
+sink_format, sink_opts = with_extra(sink_options(connector, bootstrap_servers=bootstrap), "sink")
 
 def raw(topic, per_batch):
     if from_files:
@@ -116,9 +131,10 @@ def raw(topic, per_batch):
                 .select(F.lit(None).cast("binary").alias("key"),
                         F.col("value").cast("binary").alias("value"), F.lit(topic).alias("topic"),
                         F.lit(0).alias("partition"), F.lit(0).cast("long").alias("offset")))
-    return (spark.readStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
-            .option("subscribe", topic).option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", per_batch).load())
+    fmt, opts = with_extra(source_options(connector, bootstrap_servers=bootstrap,
+                                          topics=(topic,), max_offsets_per_trigger=int(per_batch)),
+                           "source")
+    return spark.readStream.format(fmt).options(**opts).load()
 
 def query(kind, topic, per_batch, cp):
     df = raw(topic, per_batch)
@@ -126,7 +142,7 @@ def query(kind, topic, per_batch, cp):
     if kind.startswith("routes"):
         df = pos._routes(pos.parse_invoices(df), pos.DEFAULT_TOPICS)
         if kind == "routes-kafka":
-            return (df.writeStream.format("sparkiq-kafka").option("bootstrap.servers", bootstrap)
+            return (df.writeStream.format(sink_format).options(**sink_opts)
                     .trigger(availableNow=True).option("checkpointLocation", cp).start())
     elif not kind.startswith("read"):
         # parse, parse-x2: the whole invoice (the routes' parse); the rest: the tables' part.
@@ -148,22 +164,28 @@ def query(kind, topic, per_batch, cp):
 def tables_to_kafka(df, cp):
     from sparkiq.dev.pos.loyalty import with_notifications
     from sparkiq.dev.pos.tables import table_records
-    from sparkiq.spark.connector import KafkaConnector, sink_options
+    from sparkiq.spark.connector import KafkaIO
     from sparkiq.spark.kafkawrite import FINISH_FLAG, BatchProducer
-    from sparkiq.spark.materialize import define_table, prepare_table
+    from sparkiq.spark.materialize import define_table, prepare_table, with_window_partitions
 
     tables = [define_table("rewards", app="bench"), define_table("latest-invoice", app="bench"),
               define_table("store-sales", app="bench", window_size="1 minute")]
     for table in tables:
         prepare_table(bootstrap, table, app="bench")
-    sink = sink_options(KafkaConnector.PYTHON, bootstrap_servers=bootstrap,
-                        windowed_topics=[tables[2].topic])
+    windowed = tables[2]
+    sink = KafkaIO(*with_extra(
+        sink_options(connector, bootstrap_servers=bootstrap, windowed_topics=[windowed.topic]),
+        "sink"))
     records = table_records(df, *tables, pos.DEFAULT_TOPICS["loyalty"])
+    if connector is KafkaConnector.BUILTIN:  # as `PipelineContext.write` does
+        records = with_window_partitions(records, {windowed.topic: windowed.partitions})
     records = records.withColumn(FINISH_FLAG, F.col("note").isNotNull())
     producer = BatchProducer(sink, cp, local=True, finish=with_notifications)
     return (records.writeStream.outputMode("update")
             .trigger(availableNow=True).option("checkpointLocation", cp)
             .foreachBatch(producer).start())
+
+PARTITIONS = 3  # of the topics (main)
 
 def run(topic, per_batch, cp):
     # read-x2, parse-x2, both: two queries at once, each reading (and parsing) every invoice.
@@ -174,13 +196,17 @@ def run(topic, per_batch, cp):
     queries = [query(kind, topic, per_batch, f"{cp}-{i}") for i, kind in enumerate(kinds)]
     for q in queries:
         q.awaitTermination()
-    return [[p for p in q.recentProgress if p.numInputRows == int(per_batch)] for q in queries]
+    # Full batches: Spark's Kafka source rounds each partition's share of the cap down, so
+    # its batches may be short by up to one record per partition of the topic.
+    return [[p for p in q.recentProgress if p.numInputRows >= int(per_batch) - PARTITIONS]
+            for q in queries]
 
 big = run(source, batch, checkpoint + "-big")
 small = run(small_source, small_batch, checkpoint + "-small")
 print(json.dumps({
     "rows_per_s": [[p.processedRowsPerSecond for p in q] for q in big],
     "batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in big],
+    "phases_ms": [[dict(p.durationMs) for p in q] for q in big],
     "small_batch_ms": [[p.durationMs["triggerExecution"] for p in q] for q in small],
 }))
 spark.stop()
@@ -195,6 +221,8 @@ def run_stage(
     shuffle_partitions: int,
     work: Path,
     conf: dict[str, str],
+    connector: str,
+    options: dict[str, dict[str, str]],
 ) -> dict[str, Any]:
     """One stage alone in a child process: its full micro-batches over both topics."""
     out = subprocess.run(
@@ -211,16 +239,28 @@ def run_stage(
             str(shuffle_partitions),
             str(work / f"cp-{stage}-{time.time_ns()}"),
             str(work / "files"),
+            connector,
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "BENCH_STAGE_CONF": json.dumps(conf)},
+        env={
+            **os.environ,
+            "BENCH_STAGE_CONF": json.dumps(conf),
+            "BENCH_STAGE_OPTIONS": json.dumps(options),
+        },
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         raise SystemExit(f"stage {stage} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def _phases(progress: list[dict[str, int]]) -> str:
+    """The median of each part of Spark's ``durationMs`` over a query's counted batches."""
+    names = sorted({k for p in progress for k in p}, key=lambda k: k != "triggerExecution")
+    medians = {k: statistics.median(p.get(k, 0) for p in progress) for k in names}
+    return "median ms " + ", ".join(f"{k} {v:.0f}" for k, v in medians.items() if v)
 
 
 def write_files(directory: Path, invoices: list[Invoice], per_file: int) -> None:
@@ -260,8 +300,35 @@ def main() -> None:
         default="kafka",
         help="Apache Kafka (KRaft, one node; the default) or the dev broker",
     )
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        help="KEY=VALUE over the connector's read options (e.g. kafka.fetch.max.bytes=...)",
+    )
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        help="KEY=VALUE over the connector's write options (e.g. kafka.linger.ms=20)",
+    )
+    parser.add_argument(
+        "--kafka-connector",
+        choices=["builtin", "python"],
+        help="the stages' Kafka reads and writes: Spark's connector or sparkiq's (default: "
+        "builtin on Apache Kafka where installed, python on the dev broker)",
+    )
     args = parser.parse_args()
     conf = dict(item.split("=", 1) for item in args.conf)
+    options = {
+        "source": dict(item.split("=", 1) for item in args.source_option),
+        "sink": dict(item.split("=", 1) for item in args.sink_option),
+    }
+    connector = args.kafka_connector or (
+        "builtin"
+        if spark_connector_for(args.broker) == "auto" and kafka_connector_jars()
+        else "python"
+    )
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     if not stages or not {s.removesuffix("-files") for s in stages} <= set(STAGES):
         parser.error(f"--stages: choose among {', '.join(STAGES)}, each also with '-files'")
@@ -270,7 +337,11 @@ def main() -> None:
     if args.small_batches < args.warmup_batches + 3:
         parser.error("--small-batches must leave at least 3 after --warmup-batches")
 
-    print(f"load average before: {os.getloadavg()}", flush=True)
+    print(
+        f"load average before: {os.getloadavg()}; Kafka connector: {connector}; "
+        f"options over its own: {options}; Spark settings: {conf}",
+        flush=True,
+    )
     ref = rate_reference(args.batch, args.small_batch, args.seconds, args.shuffle_partitions)
     print(
         f"rate source reference: {ref['throughput']:,.0f} rows/s; batches of "
@@ -289,7 +360,7 @@ def main() -> None:
             (SOURCE, args.invoices, args.batch),
             (SMALL, args.small_batch * args.small_batches, args.small_batch),
         ):
-            create_topic(bootstrap, topic, 3)
+            create_topic(bootstrap, topic, 3)  # the stage's PARTITIONS
             written = produce_invoices(
                 bootstrap, topic, gen.invoices(n, start_ms=now_ms, step_ms=5)
             )
@@ -301,7 +372,15 @@ def main() -> None:
             create_topic(bootstrap, DEFAULT_TOPICS[name], 3)
         for stage in stages:
             result = run_stage(
-                stage, bootstrap, args.batch, args.small_batch, args.shuffle_partitions, work, conf
+                stage,
+                bootstrap,
+                args.batch,
+                args.small_batch,
+                args.shuffle_partitions,
+                work,
+                conf,
+                connector,
+                options,
             )
             # Per query (parse-x2 and both run two), without its warm-up batches; a stage
             # goes at its slower query's rate and waits for its slower small batches.
@@ -324,6 +403,8 @@ def main() -> None:
                 f"{small_ms[stage] / ref['batch_ms']:.2f} of the reference's",
                 flush=True,
             )
+            for i, phases in enumerate(result["phases_ms"]):
+                print(f"{'':>14}query {i}: {_phases(phases[skip:])}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print(
         f"\nthroughput against the reference's {ref['throughput']:,.0f} rows/s: "

@@ -338,6 +338,7 @@ def materialize(
         topic=definition.topic,
         windowed_keys=definition.is_windowed,
         security=kafka_security,
+        micro_batches=realtime_batch is None,
     )
     if not df.isStreaming:
         write_kafka_once(records, sink)

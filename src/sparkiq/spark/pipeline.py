@@ -307,14 +307,15 @@ class PipelineContext:
         builtin = self.kafka_connector is KafkaConnector.BUILTIN
         if builtin and windowed and ("topic" in df.columns or topic in windowed):
             df = with_window_partitions(df, windowed, topic)  # the JVM's sink hashes whole keys
+        mode = self.choose_mode(name, df, trigger, finishes_on_driver=finish is not None)
         sink = sink_options(
             self.kafka_connector,
             bootstrap_servers=self.bootstrap_servers,
             topic=topic,
             windowed_topics=list(windowed),
             security=self.kafka_security,
+            micro_batches=mode is TriggerMode.MICROBATCH,
         )
-        mode = self.choose_mode(name, df, trigger, finishes_on_driver=finish is not None)
         # Beside Spark's sink, sparkiq's producer for what the finishing step leaves on the
         # driver (`sparkiq.spark.kafkawrite`): the records placed as Spark's sink places them.
         driver_sink = (

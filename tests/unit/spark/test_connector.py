@@ -275,6 +275,17 @@ def test_sink_options_of_each_connector() -> None:
         "topic": "t",
         "kafka.bootstrap.servers": "b:1",
         "kafka.acks": "all",
+        "kafka.linger.ms": "20",
+        "kafka.batch.size": "262144",
+    }
+    # A write in Real-Time Mode sends each record at once: Kafka's own linger and batches.
+    realtime = sink_options(
+        KafkaConnector.BUILTIN, bootstrap_servers="b:1", topic="t", micro_batches=False
+    )
+    assert dict(realtime.options) == {
+        "topic": "t",
+        "kafka.bootstrap.servers": "b:1",
+        "kafka.acks": "all",
     }
     python = sink_options(KafkaConnector.PYTHON, bootstrap_servers="b:1", windowed_keys=True)
     assert python.format == "sparkiq-kafka"
