@@ -308,14 +308,6 @@ class PipelineContext:
         if builtin and windowed and ("topic" in df.columns or topic in windowed):
             df = with_window_partitions(df, windowed, topic)  # the JVM's sink hashes whole keys
         mode = self.choose_mode(name, df, trigger, finishes_on_driver=finish is not None)
-        sink = sink_options(
-            self.kafka_connector,
-            bootstrap_servers=self.bootstrap_servers,
-            topic=topic,
-            windowed_topics=list(windowed),
-            security=self.kafka_security,
-            micro_batches=mode is TriggerMode.MICROBATCH,
-        )
         # Beside Spark's sink, sparkiq's producer for what the finishing step leaves on the
         # driver (`sparkiq.spark.kafkawrite`): the records placed as Spark's sink places them.
         driver_sink = (
@@ -331,6 +323,16 @@ class PipelineContext:
         )
 
         def start(mode: TriggerMode) -> StreamingQuery:
+            # Built per mode: a query Spark refuses in Real-Time Mode starts again in
+            # micro-batches (`_start_in`), whose writes take the micro-batch producer settings.
+            sink = sink_options(
+                self.kafka_connector,
+                bootstrap_servers=self.bootstrap_servers,
+                topic=topic,
+                windowed_topics=list(windowed),
+                security=self.kafka_security,
+                micro_batches=mode is TriggerMode.MICROBATCH,
+            )
             return start_kafka_write(
                 df,
                 name=name,
