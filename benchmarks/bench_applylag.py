@@ -24,8 +24,14 @@ holds every partition as active. Once the node is ready:
 The producer sends each update at once (`linger.ms` 0), so the lag is the consumer side's.
 Goal: p99 of produce -> applied <= 20 ms.
 
+With `--idle-tables T` the node also holds `T x --idle-partitions` partitions of other
+tables (a couple of records each, nothing produced to them while measuring): a node with
+many replicas, one table of which receives updates. The bare consumer then follows every one
+of those partitions too (`--bare all`, what librdkafka costs with that assignment) or only
+the updated table's (`--bare table`).
+
     .venv/bin/python benchmarks/bench_applylag.py [--rate 200] [--duration 30] [--idle 10]
-        [--rounds 1] [--broker dev]
+        [--rounds 1] [--broker dev] [--idle-tables 40 --idle-partitions 50] [--bare table]
 
 Every process it starts (broker, node) is stopped by PID; its files live in a temporary
 directory that is removed at the end.
@@ -63,6 +69,7 @@ import bench_scale  # noqa: E402  (a sibling script, not a package: node start-u
 from bench_watch import pct, update_producer  # noqa: E402  (a sibling script, as bench_scale)
 
 TABLE = "lagged"
+IDLE_RECORDS = 2  # per partition of an idle table
 DRAIN_S = 1.0  # after the last update, before what arrived is collected
 SETTLE_S = 2.0  # after the node is ready (or the watch open), before measuring
 
@@ -182,7 +189,7 @@ class BareConsumer:
     """The reference: librdkafka's defaults, `assign()` at the end of every partition,
     `poll()` for each record; notes when each update of the phase came (a thread)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, follows: list[TableDef]) -> None:
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -190,7 +197,9 @@ class BareConsumer:
                 "enable.auto.commit": False,
             }
         )
-        self.consumer.assign([KafkaPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        self.consumer.assign(
+            [KafkaPartition(t.topic, p, OFFSET_END) for t in follows for p in range(t.partitions)]
+        )
         self.first_seq = sys.maxsize
         self.delays_ms: list[float] = []
         self._stop = threading.Event()
@@ -236,13 +245,18 @@ def idle_cpu(pid: int, seconds: float) -> dict[str, float]:
 
 
 def one_round(
-    args: argparse.Namespace, node: NodeProcess, producer: Producer, bootstrap: str, topic: str
+    args: argparse.Namespace,
+    node: NodeProcess,
+    producer: Producer,
+    bootstrap: str,
+    topic: str,
+    bare_follows: list[TableDef],
 ) -> Round:
     assert node.pid is not None
     watch = ChangesWatch(node.port)
     if not watch.opened.wait(30):
         raise SystemExit(f"the changes watch did not open: {watch.ended}")
-    bare = BareConsumer(bootstrap, topic, args.partitions)
+    bare = BareConsumer(bootstrap, bare_follows)
     time.sleep(SETTLE_S)  # the bare consumer's fetches under way before the first update
     first_seq = int(time.time() * 1000) * 1000  # above every earlier round's
     bare.first_seq = first_seq
@@ -266,6 +280,27 @@ def line(name: str, values: list[float], produced: int) -> str:
     )
 
 
+def add_idle_tables(
+    bootstrap: str, app: str, producer: Producer, args: argparse.Namespace
+) -> list[TableDef]:
+    """`--idle-tables` tables of `--idle-partitions` partitions, `IDLE_RECORDS` records in
+    each partition, registered for the node."""
+    tables = [
+        TableDef(f"idle{i}", f"{app}-idle{i}", args.idle_partitions, Format.STRING, Format.JSON)
+        for i in range(args.idle_tables)
+    ]
+    for t in tables:
+        create_topic(bootstrap, t.topic, t.partitions)
+        for p in range(t.partitions):
+            for i in range(IDLE_RECORDS):
+                producer.produce(t.topic, value_of(-1, 0.0), key_of(i), partition=p)
+    if producer.flush(120):
+        raise SystemExit("the idle tables' values were not all delivered")
+    for t in tables:
+        register_table(bootstrap, t, app=app)
+    return tables
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="updates per second")
@@ -275,6 +310,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--broker", choices=["kafka", "dev"], default="kafka")
+    parser.add_argument("--idle-tables", type=int, default=0, help="tables not updated")
+    parser.add_argument("--idle-partitions", type=int, default=50, help="of each idle table")
+    parser.add_argument(
+        "--bare",
+        choices=["all", "table"],
+        default="all",
+        help="the bare consumer follows every partition the node holds, or the table's only",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sparkiq-bench-applylag-") as tmp:
@@ -291,18 +334,28 @@ def main() -> None:
             if producer.flush(60):
                 raise SystemExit("the table's first values were not all delivered")
             register_table(bootstrap, table, app=app)
+            idle_tables = add_idle_tables(bootstrap, app, producer, args)
+            replicas = args.partitions + sum(t.partitions for t in idle_tables)
+            bare_follows = [table, *idle_tables] if args.bare == "all" else [table]
             node = NodeProcess(
                 port=free_port(),
                 state_dir=work / "state",
                 bootstrap_servers=bootstrap,
                 app=app,
                 log_path=work / "node.log",
-                extra_args=("--standby-replicas", "0"),
+                # Few connections: the open-file limit's room goes to the stores.
+                extra_args=("--standby-replicas", "0", "--max-connections", "200"),
             )
             try:
-                rst = bench_scale.restore(node, broker.pid, args.keys, 120)
+                total = args.keys + IDLE_RECORDS * (replicas - args.partitions)
+                rst = bench_scale.restore(node, broker.pid, total, 600)
                 assert node.pid is not None
-                print(f"node ready in {rst.seconds:.1f} s ({rst.applied:,} records)", flush=True)
+                print(
+                    f"node ready in {rst.seconds:.1f} s ({rst.applied:,} records),"
+                    f" {replicas:,} replicas; the bare consumer follows"
+                    f" {sum(t.partitions for t in bare_follows):,} partitions",
+                    flush=True,
+                )
                 time.sleep(SETTLE_S)
                 idle = idle_cpu(node.pid, args.idle)
                 threads = ", ".join(
@@ -320,7 +373,9 @@ def main() -> None:
                 rounds: list[Round] = []
                 for r in range(1, args.rounds + 1):
                     load0 = Path("/proc/loadavg").read_text().split()[0]
-                    rounds.append(one_round(args, node, producer, bootstrap, table.topic))
+                    rounds.append(
+                        one_round(args, node, producer, bootstrap, table.topic, bare_follows)
+                    )
                     rd = rounds[-1]
                     print(
                         f"round {r}: {rd.produced:,} updates at {args.rate:.0f}/s"

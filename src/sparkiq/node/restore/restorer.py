@@ -235,11 +235,7 @@ class Restorer(Healing):
                         messages = next_batch(consumer, poll_s)
                         if messages:
                             self._apply(fetching, messages)
-                    flushing = self._finish_restores()
-                    with self._lock:
-                        replicas = [r for r in self._replicas.values() if r.state is not _FAILED]
-                    self.expiry.step(replicas)
-                    busy = flushing or self.expiry.sweeping  # then come back soon
+                    busy = self._upkeep()  # then come back soon
                     poll_s = _BUSY_POLL_S if busy else _POLL_TIMEOUT_S
                     now = time.monotonic()
                     if now >= next_marks and fetching:
@@ -454,6 +450,15 @@ class Restorer(Healing):
             self._dirty.set()
         if failure is not None:
             raise failure
+
+    def _upkeep(self) -> bool:
+        """A turn's work after its batch: restores finished, stores settled, a step of window
+        expiry. True while some of it is under way (the next turn should come soon)."""
+        flushing = self._finish_restores()
+        with self._lock:
+            replicas = [r for r in self._replicas.values() if r.state is not _FAILED]
+        self.expiry.step(replicas)
+        return flushing or self.expiry.sweeping
 
     def _finish_restores(self) -> bool:
         """Turn RESTORING replicas at their target ACTIVE; persist what the stores of the
