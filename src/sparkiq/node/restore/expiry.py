@@ -8,7 +8,11 @@ have then.
 
 `WindowExpiry` sweeps each store of such a table in passes over all its keys, a step per
 restorer turn on the restorer's own thread (between two consumed batches, so it never races
-the writes or the closing of a store): a pass removes the windows that start before its
+the writes or the closing of a store). A caught-up restorer turns once per record or few,
+and a node may hold thousands of replicas, so a step costs what is under way, not what is
+held: passes under way go on, and whether a pass is due is looked at for `LOOK_EVERY_S`'s
+share of the held replicas since the last step (each one at least every `LOOK_EVERY_S`; all
+of them at the first step after `hold`). A pass removes the windows that start before its
 cutoff, the newest window start known when it began minus the retention. The newest start
 comes from the records the restorer reads (`batches.NewestStart`, noted by the key function
 that makes their store keys); the first pass of a store also reads it from the store, which
@@ -66,6 +70,9 @@ YIELD_S = 0.000_1
 STEP_S = 0.01
 CHUNK = 10_000
 _CLOCK_EVERY = 8  # keys looked at between two readings of the clock
+# Whether a replica's pass is due is looked at least this often (a pass starts up to this
+# late), by a step's share of the replicas: about 1 us a replica.
+LOOK_EVERY_S = 1.0
 # Expired windows are deleted once this many are found (or the pass ends): a write costs
 # as much as looking at ten keys or so whatever it holds, and 64 deletes keep it within
 # about a slice.
@@ -89,7 +96,8 @@ _PAST_BAND = _LAST_IN_BAND + b"\x00"  # the smallest key after `key + _LAST_IN_B
 
 
 class Swept(Protocol):
-    """What a sweep needs of a replica (`replica.Replica`)."""
+    """What a sweep needs of a replica (`replica.Replica`); its table, store and newest start
+    are read at every step, so a replica rebuilt (another store) starts its sweep over."""
 
     tp: TopicPartition
     table: TableDef
@@ -104,6 +112,7 @@ class Swept(Protocol):
 class _Sweep:
     """One store's sweeping: where its pass is, and the newest window start known."""
 
+    replica: Swept
     store: PartitionStore
     newest: int | None = None  # newest window start known (records, the first pass)
     keep_from: int | None = None  # this pass's cutoff (None: it removes nothing)
@@ -174,7 +183,8 @@ class _Slices:
 
 
 class WindowExpiry:
-    """Sweeps the stores of windowed tables with a retention; `step` once per restorer turn."""
+    """Sweeps the stores of windowed tables with a retention: `hold` the replicas, `step`
+    once per restorer turn."""
 
     def __init__(
         self,
@@ -188,40 +198,98 @@ class WindowExpiry:
         self.slice_s, self.yield_s, self.step_s = slice_s, yield_s, step_s
         self.removed = 0  # windows removed since start (all tables)
         self._sweeps: dict[TopicPartition, _Sweep] = {}
+        self._passing: dict[TopicPartition, _Sweep] = {}  # those whose pass is under way
+        self._held: list[Swept] = []  # the replicas with a retention, in the order looked at
+        self._next = 0  # index in `_held` of the next replica to look at
+        self._owed = 0.0  # looks owed to `_held` (a look each per `LOOK_EVERY_S`)
+        self._stepped: float | None = None  # monotonic time of the last step
 
     @property
     def sweeping(self) -> bool:
         """Whether a pass is under way (the restorer then comes back sooner)."""
-        return any(sweep.in_pass for sweep in self._sweeps.values())
+        return bool(self._passing)
 
-    def step(self, replicas: Sequence[Swept], now: float | None = None) -> int:
-        """Sweep the replicas whose pass is due, up to `chunk` keys or `step_s` of wall
-        time, in slices of `slice_s`; the keys looked at."""
+    def hold(self, replicas: Sequence[Swept]) -> None:
+        """Sweep `replicas` (those of tables with a retention) from now on, until the next
+        call: the replicas of a store that closed or failed are dropped with their sweeps."""
+        self._held = [r for r in replicas if r.table.retention_ms is not None]
+        held = {r.tp for r in self._held}
+        for tp in [tp for tp in self._sweeps if tp not in held]:
+            self._drop(tp)
+        for replica in self._held:
+            sweep = self._sweeps.get(replica.tp)
+            if sweep is not None and sweep.store is not replica.store:  # rebuilt
+                self._drop(replica.tp)
+            elif sweep is not None:
+                sweep.replica = replica  # the same store, perhaps assigned anew
+        self._next = 0
+        self._owed = len(self._held)  # every one looked at by the next step
+
+    def step(self, replicas: Sequence[Swept] | None = None, now: float | None = None) -> int:
+        """Sweep the replicas whose pass is under way or due, up to `chunk` keys or `step_s`
+        of wall time, in slices of `slice_s`; the keys looked at. *replicas*: `hold` them
+        first."""
+        if replicas is not None:
+            self.hold(replicas)
         slices = _Slices(self.slice_s, self.yield_s, self.step_s)
         now = time.monotonic() if now is None else now
         budget = self.chunk
-        held: set[TopicPartition] = set()
-        for replica in replicas:
-            retention = replica.table.retention_ms
-            if retention is None:
-                continue
-            held.add(replica.tp)
+        went_on = list(self._passing.items())  # a sweep goes on once a step
+        for tp, sweep in went_on:
             if budget <= 0 or (budget < self.chunk and not slices.go_on()):
-                continue
-            sweep = self._sweeps.get(replica.tp)
-            if sweep is None or sweep.store is not replica.store:  # new, or rebuilt
-                sweep = self._sweeps[replica.tp] = _Sweep(replica.store, due=now)
+                break
+            budget -= self._go_on(tp, sweep, budget, slices, now)
+        held = self._held
+        if self._stepped is not None and held:
+            self._owed = min(
+                self._owed + len(held) * (now - self._stepped) / LOOK_EVERY_S, len(held)
+            )
+        self._stepped = now
+        while self._owed >= 1 and held:
+            if budget <= 0 or (budget < self.chunk and not slices.go_on()):
+                break
+            self._owed -= 1
+            replica = held[self._next]
+            self._next = (self._next + 1) % len(held)
+            found = self._sweeps.get(replica.tp)
+            if found is None or found.store is not replica.store:  # new, or rebuilt
+                self._drop(replica.tp)
+                found = self._sweeps[replica.tp] = _Sweep(replica, replica.store, due=now)
+            sweep = found
+            sweep.replica = replica
+            retention = replica.table.retention_ms
             sweep.note(replica.newest_start)
-            if not sweep.in_pass and not sweep.is_due(retention, now):
+            if sweep.in_pass or retention is None or not sweep.is_due(retention, now):
                 continue
-            try:
-                budget -= self._sweep(replica.table, sweep, budget, slices, now)
-            except StoreError:
-                # Closed or failed under the pass: a store that comes back starts over.
-                del self._sweeps[replica.tp]
-        for tp in [tp for tp in self._sweeps if tp not in held]:
-            del self._sweeps[tp]
+            if went_on and any(tp == replica.tp for tp, _ in went_on):
+                continue  # its pass ended in this step: the next begins at the next one
+            budget -= self._go_on(replica.tp, sweep, budget, slices, now)
         return self.chunk - budget
+
+    def _go_on(
+        self, tp: TopicPartition, sweep: _Sweep, budget: int, slices: _Slices, now: float
+    ) -> int:
+        """Start or continue the pass of `sweep`; the keys looked at."""
+        replica = sweep.replica
+        if sweep.store is not replica.store:  # rebuilt: a look starts it over
+            self._drop(tp)
+            return 0
+        sweep.note(replica.newest_start)
+        try:
+            looked = self._sweep(replica.table, sweep, budget, slices, now)
+        except StoreError:
+            # Closed or failed under the pass: a store that comes back starts over.
+            self._drop(tp)
+            return 0
+        if sweep.in_pass:
+            self._passing[tp] = sweep
+        else:
+            self._passing.pop(tp, None)
+        return looked
+
+    def _drop(self, tp: TopicPartition) -> None:
+        self._sweeps.pop(tp, None)
+        self._passing.pop(tp, None)
 
     def _sweep(
         self, table: TableDef, sweep: _Sweep, limit: int, slices: _Slices, now: float

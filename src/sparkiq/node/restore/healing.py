@@ -38,6 +38,8 @@ class Healing:
     _replicas: dict[TopicPartition, Replica]
     _statuses: dict[TopicPartition, PartitionStatus]
     _dirty: threading.Event
+    _unsettled: set[TopicPartition]  # replicas `_finish_restores` looks at
+    _expiry_stale: bool  # window expiry is handed the replicas again
 
     def _publish(self) -> None:
         raise NotImplementedError
@@ -80,6 +82,7 @@ class Healing:
             if replica is None or replica.store is not store or not replica.fail(fault):
                 return
             self.storage_faults += 1
+            self._expiry_stale = True
             self._publish()
         if isinstance(fault, DiskFull):
             log.error(
@@ -106,6 +109,7 @@ class Healing:
         lock; restorer thread)."""
         now = time.monotonic()
         for replica in [r for r in self._replicas.values() if r.state is _FAILED]:
+            self._expiry_stale = True  # swept again once healed
             table, partition = replica.table, replica.tp[1]
             full = isinstance(replica.fault, DiskFull)
             if full and now < self._heal_at:
@@ -117,15 +121,17 @@ class Healing:
                     store.apply((), store.next_offset or 0)  # a write proves there is space
                     log.info("table %r partition %d: space again; resuming", table.name, partition)
                     replica.replace_store(store, rebuilt=False)
+                    self._unsettled.add(replica.tp)
                     continue
                 replica.replace_store(self._rebuild(table, partition), rebuilt=True)
+                self._unsettled.add(replica.tp)
             except DiskFull as exc:
                 self.registry.close(table.name, partition)
                 replica.fault = exc
                 self._heal_at = now + HEAL_RETRY_S
             except StorageFault as exc:
                 self.registry.close(table.name, partition)
-                replica.fault = exc  # rebuilt on the next turn
+                replica.fault = exc  # rebuilt at the next attempt
 
     def _healing_due(self) -> bool:
         """Whether a FAILED replica waits for its next attempt (the run loop wakes for it).

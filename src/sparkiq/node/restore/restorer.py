@@ -26,6 +26,12 @@ Each consumed batch becomes one `PartitionStore.write` per partition: data and c
 in one write, without the write-ahead log while RESTORING; those writes are flushed in
 RocksDB's background once the partition is ACTIVE (it serves reads meanwhile), and writes
 use the log again from then on.
+
+A node holds hundreds to thousands of replicas, and a caught-up restorer turns once per record
+or few, so a turn's work follows what changed, not what is held: it finishes the restores and
+settles the stores of the replicas noted as unsettled (RESTORING, or written without the log;
+every replica is looked at all the same every `_ALL_SETTLED_EVERY_S`), hands window expiry its
+replicas only when they change, and publishes the statuses of the partitions it touched.
 """
 
 from __future__ import annotations
@@ -64,6 +70,9 @@ _POLL_TIMEOUT_S = 0.1
 _BUSY_POLL_S = 0.01
 _WATERMARK_EVERY_S = 1.0
 _DISK_LAGS_EVERY_S = 5.0
+# Every replica is looked at by `_finish_restores` this often, whether noted as unsettled or
+# not (a safety net: none should be missed).
+_ALL_SETTLED_EVERY_S = 5.0
 _RETRY_AFTER_FAILURE_S = 1.0
 _FAILED = ReplicaState.FAILED
 
@@ -111,6 +120,11 @@ class Restorer(Healing):
         self.expiry = WindowExpiry()  # removes expired windows (`expiry.removed` of them)
         self._heal_at = 0.0  # monotonic time of the next attempt to reopen a full disk's store
         self._restoring = False  # whether a replica was RESTORING at the last turn's end
+        # Replicas that may be RESTORING or hold writes made without the WAL: those
+        # `_finish_restores` looks at (restorer lock). Every RESTORING replica is in it.
+        self._unsettled: set[TopicPartition] = set()
+        # Whether window expiry should be handed the replicas again (assigned, failed, healed).
+        self._expiry_stale = True
         registry.on_fault = self._on_fault
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -163,8 +177,10 @@ class Restorer(Healing):
                         replica = Replica(tp, table, store)
                         replica.rebuilds = int(rebuilt)
                         replica.set_role(active)
+                        self._unsettled.add(tp)
                     elif replica.is_active != active:
                         replica.set_role(active)
+                        self._unsettled.add(tp)
                     self._replicas[tp] = replica
             except SparkiqError:
                 for tp, table in opened:
@@ -176,6 +192,7 @@ class Restorer(Healing):
                     self._closing[tp] = self._replicas.pop(tp)
             if self._feed is not None:
                 self._feed.end(self._closing)
+            self._expiry_stale = True
             self._publish()
         self._dirty.set()
 
@@ -220,7 +237,7 @@ class Restorer(Healing):
         fetching = Fetching(consumer)
         ends = EndProbe(self.bootstrap, self.security)
         next_marks = next_disk = time.monotonic() + _DISK_LAGS_EVERY_S
-        next_heal = 0.0
+        next_heal = next_all = 0.0
         disk_job: Future[None] | None = None
         poll_s = _POLL_TIMEOUT_S
         try:
@@ -241,9 +258,15 @@ class Restorer(Healing):
                     if now >= next_marks and fetching:
                         next_marks = now + _WATERMARK_EVERY_S
                         self._update_ends_from_watermarks(consumer)
-                    if now >= next_heal and self._healing_due():
+                    if now >= next_heal:
+                        # A fault wakes the loop itself (`_on_fault`); this is for the retries.
                         next_heal = now + HEAL_RETRY_S
-                        self._dirty.set()  # `_heal` decides what is due
+                        if self._healing_due():
+                            self._dirty.set()  # `_heal` decides what is due
+                    if now >= next_all:
+                        next_all = now + _ALL_SETTLED_EVERY_S
+                        with self._lock:
+                            self._unsettled.update(self._replicas)
                     if now >= next_disk and (disk_job is None or disk_job.done()):
                         next_disk = now + _DISK_LAGS_EVERY_S
                         disk_job = ends.submit(self._refresh_disk_lags)
@@ -368,9 +391,9 @@ class Restorer(Healing):
         the store's position and for the replica still assigned; otherwise none are, and
         the next turn fetches the partition again from its checkpoint.
         """
-        with self._lock:
-            replicas = dict(self._replicas)
-        runs, eofs, out_of_range = split_batch(messages, replicas, self._skip_record)
+        # Read without the lock (a `get` per partition of the batch, not a copy of every
+        # replica): a replica replaced meanwhile is found out below (`run.replica`).
+        runs, eofs, out_of_range = split_batch(messages, self._replicas, self._skip_record)
         bounds = log_bounds(fetching.consumer, out_of_range) if out_of_range else {}
         out_of_step = False
         failure: StoreError | None = None
@@ -416,6 +439,8 @@ class Restorer(Healing):
                         replica.advance(eof)
                     if eof is not None and eof == replica.position:
                         replica.reach_tail(eof)
+                    if not replica.wal:  # RESTORING, or its store holds unflushed writes
+                        self._unsettled.add(tp)
                 except StorageFault:
                     out_of_step = True  # the replica is FAILED (`_on_fault`); healed later
                 except StoreError as exc:
@@ -435,6 +460,8 @@ class Restorer(Healing):
                     continue  # the consumer was out of step: fetched again all the same
                 try:
                     skipped = go_on_from_log_start(replica, *bound)
+                    if not replica.wal:
+                        self._unsettled.add(tp)
                 except StorageFault:
                     continue  # the replica is FAILED (`_on_fault`); healed later
                 except StoreError as exc:
@@ -455,9 +482,11 @@ class Restorer(Healing):
         """A turn's work after its batch: restores finished, stores settled, a step of window
         expiry. True while some of it is under way (the next turn should come soon)."""
         flushing = self._finish_restores()
-        with self._lock:
-            replicas = [r for r in self._replicas.values() if r.state is not _FAILED]
-        self.expiry.step(replicas)
+        if self._expiry_stale:
+            with self._lock:
+                self._expiry_stale = False
+                self.expiry.hold([r for r in self._replicas.values() if r.state is not _FAILED])
+        self.expiry.step()
         return flushing or self.expiry.sweeping
 
     def _finish_restores(self) -> bool:
@@ -465,24 +494,41 @@ class Restorer(Healing):
         others wrote without the write-ahead log (`Replica.settle`), once no replica restores
         or within `SETTLE_WITHIN_S`.
 
-        True while a store is still flushing, so the caller comes back soon.
+        Looks at the replicas noted as unsettled only (every RESTORING one is), and drops
+        those that are settled. True while a store is still flushing, so the caller comes
+        back soon.
         """
-        changed = flushing = restoring = False
+        changed: list[TopicPartition] = []
+        flushing = restoring = False
         now = time.monotonic()
         under_way = self._restoring  # as of the last turn
         with self._lock:
             try:
-                for replica in self._replicas.values():
+                settled: list[TopicPartition] = []
+                for tp in self._unsettled:
+                    replica = self._replicas.get(tp)
+                    if replica is None:
+                        settled.append(tp)
+                        continue
                     try:
-                        changed |= replica.check_caught_up(now)
+                        if replica.check_caught_up(now):
+                            changed.append(tp)
                         restoring |= replica.state is ReplicaState.RESTORING
                         flushing |= replica.settle(now, restore_under_way=under_way)
                     except StorageFault:
-                        continue  # the replica is FAILED (`_on_fault`); healed later
+                        pass  # the replica is FAILED (`_on_fault`); healed later
+                    if replica.state is _FAILED or (
+                        replica.state is not ReplicaState.RESTORING and not replica.store.unflushed
+                    ):
+                        settled.append(tp)  # a heal or a write without the WAL notes it again
+                if settled:
+                    # A new set: a set keeps its table when emptied, and iterating it goes
+                    # over the whole table (thousands of slots after a node's restore).
+                    self._unsettled = self._unsettled.difference(settled)
                 self._restoring = restoring
             finally:
                 if changed:
-                    self._publish()
+                    self._publish(changed)
         if changed:
             self._notify()
         return flushing
@@ -516,11 +562,16 @@ class Restorer(Healing):
                 if high >= 0:
                     marks[(t, p)] = high
         with self._lock:
+            raised: list[TopicPartition] = []
             for tp, high in marks.items():
                 replica = self._replicas.get(tp)
                 if replica is not None:
+                    end = replica.end
                     replica.raise_end(high)
-            self._publish()
+                    if replica.end != end:
+                        raised.append(tp)
+            if raised:
+                self._publish(raised)
 
     def _refresh_disk_lags(self, probe: Consumer | None) -> None:
         """Lags of stores on disk that are not assigned, for the node's join metadata."""
@@ -536,17 +587,24 @@ class Restorer(Healing):
         """Replace the snapshots readers see (caller holds the lock); *changed*: only the
         statuses of those partitions changed, not which replicas and stores there are (a
         caught-up restorer applies a batch per record or few, so its cost stays per batch,
-        not per replica)."""
+        not per replica: those statuses are replaced in place, which keeps the map's size, so
+        a reader iterating it meanwhile sees each entry old or new and never fails)."""
         if changed is None:
             self._statuses = {tp: r.status() for tp, r in self._replicas.items()}
             self._stores = {tp: r.store for tp, r in self._replicas.items()}
             return
-        statuses = dict(self._statuses)
+        statuses = self._statuses
+        added: dict[TopicPartition, PartitionStatus] = {}  # not published yet: in a new map
         for tp in changed:
             replica = self._replicas.get(tp)
-            if replica is not None:
+            if replica is None:
+                continue
+            if tp in statuses:
                 statuses[tp] = replica.status()
-        self._statuses = statuses
+            else:
+                added[tp] = replica.status()
+        if added:
+            self._statuses = {**statuses, **added}
 
     def _notify(self) -> None:
         if self._on_change is not None:
