@@ -32,6 +32,7 @@ the updated table's (`--bare table`).
 
     .venv/bin/python benchmarks/bench_applylag.py [--rate 200] [--duration 30] [--idle 10]
         [--rounds 1] [--broker dev] [--idle-tables 40 --idle-partitions 50] [--bare table]
+        [--settle 2]
 
 Every process it starts (broker, node) is stopped by PID; its files live in a temporary
 directory that is removed at the end.
@@ -272,6 +273,12 @@ def one_round(
     return Round(updates.produced, updates.late, applied, bare.delays_ms, share, watch.ended)
 
 
+def by_thread(shares: dict[str, float]) -> str:
+    return ", ".join(
+        f"{name} {share:.1%}" for name, share in sorted(shares.items(), key=lambda kv: -kv[1])[:6]
+    )
+
+
 def line(name: str, values: list[float], produced: int) -> str:
     return (
         f"  {name:<34} p50 {pct(values, 0.5):6.1f}  p90 {pct(values, 0.9):6.1f}"
@@ -310,6 +317,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--broker", choices=["kafka", "dev"], default="kafka")
+    parser.add_argument(
+        "--settle", type=float, default=SETTLE_S, help="seconds after ready, before the idle CPU"
+    )
     parser.add_argument("--idle-tables", type=int, default=0, help="tables not updated")
     parser.add_argument("--idle-partitions", type=int, default=50, help="of each idle table")
     parser.add_argument(
@@ -356,19 +366,19 @@ def main() -> None:
                     f" {sum(t.partitions for t in bare_follows):,} partitions",
                     flush=True,
                 )
-                time.sleep(SETTLE_S)
+                # A node just ready flushes its restored stores (`Replica.settle`) meanwhile.
+                time.sleep(args.settle)
                 idle = idle_cpu(node.pid, args.idle)
-                threads = ", ".join(
-                    f"{name} {share:.1%}"
-                    for name, share in sorted(idle.items(), key=lambda kv: -kv[1])[:6]
+                print(
+                    f"idle node, {args.idle:.0f} s: CPU share of one core: {by_thread(idle)}"
+                    " (python: the interpreter's threads)"
                 )
-                print(f"idle node, {args.idle:.0f} s: CPU share of one core: {threads}")
                 updates = Updates(producer, table.topic, args.keys, args.rate).start(0)
                 busy = idle_cpu(node.pid, args.idle)
                 updates.stop()
                 print(
                     f"node applying {args.rate:.0f} updates/s, no watch, {args.idle:.0f} s:"
-                    f" CPU {busy['(whole process)']:.1%} of one core"
+                    f" CPU share of one core: {by_thread(busy)}"
                 )
                 rounds: list[Round] = []
                 for r in range(1, args.rounds + 1):
