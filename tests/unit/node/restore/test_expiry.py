@@ -22,6 +22,7 @@ from sparkiq.node.restore.expiry import (
     AGAIN_S,
     FLUSH_AT_DELETES,
     FULL_EVERY,
+    LOOK_EVERY_S,
     STEP_OF_RETENTION,
     WindowExpiry,
     interval_s,
@@ -175,6 +176,36 @@ def test_a_pass_comes_after_the_interval_all_the_same_and_removes_late_windows(
     assert expiry.step([replica], now=interval_s(TABLE)) > 0
     sweep_until_idle(expiry, [replica], now=interval_s(TABLE))
     assert starts(store) == {"a": [7, 8, 9], "b": [7, 8, 9]}
+
+
+def test_held_replicas_are_looked_at_a_share_per_step_each_within_look_every_s(
+    registry: StoreRegistry,
+) -> None:
+    # A caught-up restorer steps once per record or few, and holds thousands of replicas: a
+    # step looks at its time's share of them, not at every one.
+    table = dataclasses.replace(TABLE, partitions=20)
+    held = [replica_of(table, registry.open(table, p)) for p in range(20)]
+    for replica in held:
+        read(replica, ["a"], list(range(0, 10)))
+    expiry = WindowExpiry(step_s=1.0)
+    expiry.hold(held)
+    while expiry.step(now=0.0):  # every first pass, the first step looking at all
+        pass
+    for replica in held:
+        read(replica, ["a"], [2])  # late: expired by the pass after the interval
+    due = interval_s(table)
+    assert expiry.step(now=due - 0.05) == 0, "no pass is due yet"
+
+    def late() -> int:
+        return sum(2 in starts(r.store)["a"] for r in held)
+
+    assert expiry.step(now=due + 0.1) > 0
+    assert 20 - 5 <= late() < 20, "a step 0.15 s on looks at about 3 of 20 replicas"
+    now = due + 0.1
+    while now < due + LOOK_EVERY_S:
+        now += 0.1
+        expiry.step(now=now)
+    assert late() == 0, f"every replica looked at within {LOOK_EVERY_S} s"
 
 
 def test_a_replica_notes_the_newest_start_only_of_records_it_stores(

@@ -68,6 +68,9 @@ def test_restore_equals_the_oracle(
         assert st.position == st.end == sum(1 for r in records if r[0] == p)
         assert st.table == table.name
     assert restorer.records_applied == len(records)
+    # Restored without the write-ahead log, then settled: every store flushes what it wrote.
+    stores = [restorer.store(tp) for tp in tps]
+    wait_for(lambda: not any(s is None or s.unflushed for s in stores), "restored stores flushed")
 
 
 def test_active_once_the_under_reported_tail_is_applied(
