@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # Spark's scratch directory (`spark.local.dir`) for a run, under its checkpoint directory.
 SCRATCH_DIR = ".spark-scratch"
+# How long a stop waits for the stopped queries' tasks to end before it stops Spark.
+STOP_TASKS_WAIT_S = 10.0
 
 
 class PipelineFailed(SparkiqError):
@@ -159,6 +161,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         quiet_falling_behind,
         quiet_stopping,
         use_local_checkpoint_files,
+        wait_for_tasks,
     )
 
     pipeline_fn = load_pipeline(path)
@@ -255,6 +258,12 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
                     query.stop()
                 except Exception as exc:  # a stop error must not hide the first failure
                     log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
+            if not wait_for_tasks(spark, STOP_TASKS_WAIT_S):
+                log.warning(
+                    "pipeline: tasks of the stopped queries still ran after %.0f s; stopping "
+                    "Spark anyway",
+                    STOP_TASKS_WAIT_S,
+                )
         if settings.status_file is not None and ctx.queries:
             _write_status(settings.status_file, _statuses(ctx, tracker), running=False)
         spark.stop()
