@@ -224,21 +224,46 @@ def throughput(
 
 
 class BatchDurations:
-    """Micro-batch durations per query, sampled from the runner's status file."""
+    """Micro-batch durations per query, sampled from the runner's status file; for a query
+    in Real-Time Mode its epochs' (planned) lengths and the time between epochs."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, int], int] = {}
+        self.between: dict[tuple[str, int], int] = {}
+        self.realtime: set[str] = set()
 
     def sample(self, pipeline: PipelineProcess) -> None:
         for query in (pipeline.status() or {}).get("queries", []):
-            if query.get("batch") is not None and query.get("batch_ms") is not None:
-                self.seen[(query["name"], query["batch"])] = int(query["batch_ms"])
+            batch = (query["name"], query.get("batch"))
+            if batch[1] is not None and query.get("batch_ms") is not None:
+                self.seen[batch] = int(query["batch_ms"])
+            if query.get("trigger") == "realtime":
+                self.realtime.add(query["name"])
+                if batch[1] is not None and query.get("between_epochs_ms") is not None:
+                    self.between[batch] = int(query["between_epochs_ms"])
 
     def medians(self) -> dict[str, float]:
-        by_query: dict[str, list[int]] = {}
-        for (name, _batch), ms in self.seen.items():
-            by_query.setdefault(name, []).append(ms)
-        return {name: statistics.median(ms) for name, ms in sorted(by_query.items())}
+        return _medians(self.seen)
+
+    def describe(self) -> str:
+        """Each query's median batch, a Real-Time query's as an epoch."""
+        between = _medians(self.between)
+        return ", ".join(
+            f"{name} {ms:.0f} ms"
+            + (
+                f" (a Real-Time epoch, planned; {between[name]:.0f} ms between epochs)"
+                if name in self.realtime and name in between
+                else ""
+            )
+            for name, ms in self.medians().items()
+        )
+
+
+def _medians(seen: dict[tuple[str, int], int]) -> dict[str, float]:
+    by_query: dict[str, list[int]] = {}
+    for (name, _batch), ms in seen.items():
+        by_query.setdefault(name, []).append(ms)
+    return {name: statistics.median(ms) for name, ms in sorted(by_query.items())}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -616,10 +641,7 @@ def main() -> None:
                 f"{_pct(in_routes, 0.5) * 1000:.0f} ms, p90 {_pct(in_routes, 0.9) * 1000:.0f} "
                 f"ms, p99 {_pct(in_routes, 0.99) * 1000:.0f} ms ({len(in_routes)} invoices)"
             )
-        print(
-            "  median micro-batch per query meanwhile: "
-            + ", ".join(f"{name} {ms:.0f} ms" for name, ms in durations.medians().items())
-        )
+        print(f"  median micro-batch per query meanwhile: {durations.describe()}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from tests.support.consoledata import (
     ITEMS,
     PLACES,
     PLACES_PARTITIONS,
+    REALTIME_QUERY,
     SALES,
     WINDOW_MS,
     ConsoleData,
@@ -390,6 +391,24 @@ def test_the_pipeline_page_shows_every_query(
         assert f"{last.batch} (" in text
         assert f"{last.dead_letters_total} since start" in text
         assert card.locator("canvas").count() == 3
+        facts = dict(
+            zip(
+                card.locator("dt").all_inner_texts(),
+                card.locator("dd").all_inner_texts(),
+                strict=True,
+            )
+        )
+        if name == REALTIME_QUERY:
+            # An epoch is told as such, with its length as planned and the time records
+            # wait between epochs, not as a batch that took 5 s.
+            assert "real-time" in card.locator("h2").inner_text()
+            assert facts["epoch length"].startswith(f"{last.batch_ms:,} ms (planned")
+            assert facts["between epochs"].startswith(f"{last.between_epochs_ms} ms")
+            assert "batch duration" not in facts
+            assert "time between epochs" in card.inner_html()  # the chart's title
+        else:
+            assert facts["batch duration"] == f"{last.batch_ms} ms"
+            assert "epoch" not in text
     no_errors(page)
 
 

@@ -11,6 +11,7 @@ the stream and restarts it from its checkpoints.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -254,3 +255,14 @@ def test_pipeline_killed_mid_stream_resumes_without_loss_or_double_counting(
     assert len(positions) == malformed, "every malformed record lands in the dead-letter topic"
     pos_run.pipeline.stop()
     assert not (pos_run.pipeline.checkpoint_dir / SCRATCH_DIR).exists()
+    # The stop is clean: no query's thread dies (a StackOverflowError in Spark's check of a
+    # foreachBatch error, `sparkiq.spark.batcherrors`), no task outlives the session.
+    log = pos_run.pipeline.log_path.read_text(errors="replace")
+    after_stop = log.rpartition("SIGTERM received, stopping the queries")[2]
+    assert log.count("SIGTERM received") == 1, "one graceful stop: the first run was killed"
+    noise = [
+        line
+        for line in after_stop.splitlines()
+        if re.search(r"StackOverflowError|Exception in thread| ERROR |Traceback", line)
+    ]
+    assert not noise, f"{pos_run.pipeline.log_path}:\n" + "\n".join(noise[:10])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from sparkiq.core.partitioner import partition_for
 from sparkiq.core.progress import QueryBatch
 from sparkiq.core.tables import TableDef, TableKind
+from sparkiq.core.triggers import TriggerMode
 from sparkiq.kafka.admin import create_topic
 from sparkiq.kafka.catalog import register_table
 from sparkiq.kafka.progress import ProgressPublisher
@@ -27,6 +28,7 @@ PLACES_PARTITIONS = 3
 WINDOW_MS = 60_000
 STORES = ("S1", "S2", "S3")
 QUERIES = ("customers", "pos-routes")
+REALTIME_QUERY = "pos-routes"  # its batches are Real-Time epochs (planned 5 s long)
 
 
 @dataclass
@@ -97,6 +99,13 @@ def seed(bootstrap: str, app: str, *, seed: int = 11, windows: int = 30) -> Cons
                     n % 3 == 0,
                     sum(1 for m in range(n + 1) if m % 3 == 0),
                 )
+                if name == REALTIME_QUERY:
+                    batch = replace(
+                        batch,
+                        trigger=TriggerMode.REALTIME,
+                        batch_ms=rng.randrange(5_000, 5_300),
+                        between_epochs_ms=rng.randrange(100, 300),
+                    )
                 batches.append(batch)
                 publisher.query_done(batch)
     finally:

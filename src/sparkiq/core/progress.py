@@ -10,7 +10,12 @@ ends, so a replica at or past the ends answers with it: that is how a read with
 Besides, after every micro-batch of every query (a table's or not), the pipeline records a
 `QueryBatch`: the figures a person watching the pipeline wants (batch id, input and
 processing rates, batch duration, rows in the query's state, dead letters). They are for the
-console's pipeline page (`GET /v1/pipeline`), not for consistency.
+console's pipeline page (`GET /v1/pipeline`), not for consistency. A query in Spark's
+Real-Time Mode reports a batch too, but there a batch is an epoch: its tasks run for the
+epoch's planned length (5 s) and pass each record on as it arrives, so its duration says how
+often offsets are checkpointed, not how long a record takes. What such a query's records may
+wait for is the time between two epochs' tasks (`QueryBatch.between_epochs_ms`); Spark 4.2's
+progress gives no per-record latency.
 
 `PipelineProgress` keeps the recent batches of each table and of each query (a node's view
 of the progress topics, `sparkiq.kafka.progress`).
@@ -27,6 +32,7 @@ from typing import Any
 import orjson
 
 from sparkiq.core.positions import Positions
+from sparkiq.core.triggers import TriggerMode
 
 SourcePosition = tuple[str, int, int]  # topic, partition, offset of a record
 # Batches kept per table: a read names a source offset it just produced, so the newest
@@ -95,10 +101,16 @@ class QueryBatch:
     input_rows: int = 0
     input_rows_per_s: float = 0.0
     processed_rows_per_s: float = 0.0
-    batch_ms: int | None = None  # the micro-batch's duration (Spark's triggerExecution)
+    # The batch's duration (Spark's triggerExecution); in Real-Time Mode the epoch's length.
+    batch_ms: int | None = None
     state_rows: int | None = None  # rows in the query's state stores; None: stateless
     dead_letters: int = 0  # counted by this batch (`DEAD_LETTERS_METRIC`)
     dead_letters_total: int = 0  # counted since the pipeline started
+    trigger: TriggerMode = TriggerMode.MICROBATCH  # how the query runs
+    # Real-Time Mode: the epoch's time outside its tasks (Spark's triggerExecution less its
+    # addBatch: the offset and commit logs, planning), when arriving records wait for the next
+    # epoch's tasks. None in micro-batches.
+    between_epochs_ms: int | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -114,6 +126,8 @@ class QueryBatch:
                 "state_rows": self.state_rows,
                 "dead_letters": self.dead_letters,
                 "dead_letters_total": self.dead_letters_total,
+                "trigger": self.trigger.value,
+                "between_epochs_ms": self.between_epochs_ms,
             }
         )
 
@@ -124,6 +138,7 @@ class QueryBatch:
         try:
             doc: Any = orjson.loads(data)
             batch_ms, state_rows = doc.get("batch_ms"), doc.get("state_rows")
+            between = doc.get("between_epochs_ms")
             return QueryBatch(
                 query=str(doc["query"]),
                 batch=int(doc["batch"]),
@@ -136,6 +151,8 @@ class QueryBatch:
                 state_rows=None if state_rows is None else int(state_rows),
                 dead_letters=int(doc.get("dead_letters", 0)),
                 dead_letters_total=int(doc.get("dead_letters_total", 0)),
+                trigger=TriggerMode(doc.get("trigger", TriggerMode.MICROBATCH.value)),
+                between_epochs_ms=None if between is None else int(between),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadProgress(f"not a query progress record: {exc!r}") from exc

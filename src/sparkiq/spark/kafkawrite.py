@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparkiq.core.errors import ConfigError
+from sparkiq.spark.batcherrors import without_frames
 from sparkiq.spark.connector import KafkaIO
 from sparkiq.spark.offsetlog import batch_records
 from sparkiq.spark.options import FORMAT_NAME
@@ -149,6 +150,16 @@ class BatchProducer:
         return records is not None and records <= self.driver_max_records
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            self._write(batch, batch_id)
+        except Py4JJavaError as error:
+            # Its JVM stack trace would overflow Spark's check of whether the query's stop
+            # cut it off (`sparkiq.spark.batcherrors`).
+            raise without_frames(error) from None
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
         if self.produces_in_driver(batch_id):
             records = batch.toArrow()
             if self.finish is not None:

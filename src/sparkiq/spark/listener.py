@@ -5,6 +5,10 @@ start, and tells the runner of each batch: the source offsets it read (read-your
 and its figures (the console's pipeline page). Spark calls it once per finished
 micro-batch, so no batch is missed or counted twice and nothing polls the queries.
 
+A query in Real-Time Mode (`mode_of` says which) reports an epoch per "batch": its
+duration is the epoch's planned length, not a processing time, so the tracker tells the mode
+with the figures, and the epoch's time outside its tasks, when records wait (`QueryBatch`).
+
 It takes each progress as the JSON text Spark makes of it, in one call to the JVM, rather
 than through pyspark's `StreamingQueryListener`: that one rebuilds each progress getter by
 getter (tens of py4j round trips per batch), and its observed metrics through a class name
@@ -24,6 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkiq.core.progress import DEAD_LETTERS_METRIC, QueryBatch
+from sparkiq.core.triggers import TriggerMode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,10 +48,15 @@ class ProgressTracker:
     """Every query's latest progress and its observed metrics summed since start."""
 
     def __init__(
-        self, on_batch: BatchListener | None = None, on_query: QueryListener | None = None
+        self,
+        on_batch: BatchListener | None = None,
+        on_query: QueryListener | None = None,
+        mode_of: Callable[[str], TriggerMode] | None = None,
     ) -> None:
         self._on_batch = on_batch
         self._on_query = on_query
+        # How a query (by name) runs; None: every query in micro-batches.
+        self._mode_of = mode_of
         self._lock = threading.Lock()
         self._latest: dict[str, dict[str, Any]] = {}
         self._totals: dict[str, dict[str, dict[str, float]]] = {}
@@ -81,12 +91,18 @@ class ProgressTracker:
             for metric, row in (progress.get("observedMetrics") or {}).items()
             if isinstance(row, Mapping)
         }
+        durations = progress.get("durationMs") or {}
+        mode = self._mode(name)
         latest = {
             "batch": batch_id,
+            "trigger": mode.value,
             "input_rows": int(progress.get("numInputRows") or 0),
             "input_rows_per_s": round(float(progress.get("inputRowsPerSecond") or 0.0), 1),
             "processed_rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
-            "batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+            "batch_ms": durations.get("triggerExecution"),
+            "between_epochs_ms": _between_epochs_ms(durations)
+            if mode is TriggerMode.REALTIME
+            else None,
             "finished_at": _finished_at(progress),
             "end_offsets": end_offset if isinstance(end_offset, dict) else None,
             "observed": observed,
@@ -113,16 +129,21 @@ class ProgressTracker:
             "name": query.name,
             "id": str(query.id),
             "active": query.isActive,
+            "trigger": self._mode(query.name).value,
             "batch": latest.get("batch"),
             "input_rows": latest.get("input_rows", 0),
             "input_rows_per_s": latest.get("input_rows_per_s", 0.0),
             "processed_rows_per_s": latest.get("processed_rows_per_s", 0.0),
             "batch_ms": latest.get("batch_ms"),
+            "between_epochs_ms": latest.get("between_epochs_ms"),
             "finished_at": latest.get("finished_at"),
             "end_offsets": latest.get("end_offsets"),
             "observed": latest.get("observed", {}),
             "observed_total": totals,
         }
+
+    def _mode(self, name: str) -> TriggerMode:
+        return TriggerMode.MICROBATCH if self._mode_of is None else self._mode_of(name)
 
 
 class _JsonListener:
@@ -174,7 +195,7 @@ def _query_batch(
     dead_total: int,
 ) -> QueryBatch:
     """The figures of a finished micro-batch."""
-    batch_ms = latest["batch_ms"]
+    batch_ms, between = latest["batch_ms"], latest["between_epochs_ms"]
     return QueryBatch(
         query=name,
         batch=batch_id,
@@ -186,7 +207,19 @@ def _query_batch(
         state_rows=sum(int(op.get("numRowsTotal") or 0) for op in operators) if operators else None,
         dead_letters=_dead_letters(observed),
         dead_letters_total=dead_total,
+        trigger=TriggerMode(latest["trigger"]),
+        between_epochs_ms=None if between is None else int(between),
     )
+
+
+def _between_epochs_ms(durations: Mapping[str, Any]) -> int | None:
+    """A Real-Time epoch's time outside its tasks: its whole duration less the part its
+    tasks ran (``addBatch``), i.e. its offset and commit logs and planning, when records
+    that arrive wait for the next epoch's tasks. None without both figures."""
+    whole, tasks = durations.get("triggerExecution"), durations.get("addBatch")
+    if not isinstance(whole, int | float) or not isinstance(tasks, int | float):
+        return None
+    return max(0, int(whole - tasks))
 
 
 def _finished_at(progress: Mapping[str, Any]) -> float:

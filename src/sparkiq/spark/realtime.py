@@ -34,10 +34,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from sparkiq.core.durations import parse_duration_ms
+from sparkiq.core.triggers import TriggerMode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,13 +56,6 @@ __all__ = [
     "realtime_refusal",
     "spark_has_realtime_mode",
 ]
-
-
-class TriggerMode(StrEnum):
-    """How a query runs: micro-batches (Spark's default) or Real-Time Mode where it can."""
-
-    MICROBATCH = "microbatch"
-    REALTIME = "realtime"
 
 
 # A Real-Time batch's duration: Spark's smallest by default

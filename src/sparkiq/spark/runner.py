@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # Spark's scratch directory (`spark.local.dir`) for a run, under its checkpoint directory.
 SCRATCH_DIR = ".spark-scratch"
+# How long a stop waits for the stopped queries' tasks to end before it stops Spark.
+STOP_TASKS_WAIT_S = 10.0
 
 
 class PipelineFailed(SparkiqError):
@@ -93,15 +95,25 @@ class _Catalog:
 
 
 def _progress_line(status: Mapping[str, Any]) -> str:
-    mode = " (real-time)" if status.get("trigger") == TriggerMode.REALTIME.value else ""
+    """A query's progress line. A Real-Time "batch" is an epoch of planned length, whose
+    records pass through as they arrive: its line says so, and how long records that arrive
+    between two epochs wait, rather than a duration that reads as a slow batch."""
     observed = "".join(
         f" {k}={v:g}"
         for metrics in status["observed_total"].values()
         if isinstance(metrics, dict)
         for k, v in metrics.items()
     )
+    if status.get("trigger") == TriggerMode.REALTIME.value:
+        between = status.get("between_epochs_ms")
+        return (
+            f"[{status['name']}] (real-time) epoch {status['batch']}: "
+            f"{status['input_rows']} rows, {status['input_rows_per_s']:.0f} rows/s in; "
+            f"epoch {status['batch_ms']} ms (records pass through as they arrive), "
+            f"{'?' if between is None else between} ms between epochs{observed}"
+        )
     return (
-        f"[{status['name']}]{mode} batch {status['batch']}: {status['input_rows']} rows, "
+        f"[{status['name']}] batch {status['batch']}: {status['input_rows']} rows, "
         f"{status['processed_rows_per_s']:.0f} rows/s processed, "
         f"{status['batch_ms']} ms{observed}"
     )
@@ -138,11 +150,8 @@ def _master(settings: RunSettings) -> str | None:
 
 
 def _statuses(ctx: PipelineContext, tracker: ProgressTracker) -> list[dict[str, Any]]:
-    """Every query's status (`ProgressTracker.status`) and how it runs (``trigger``)."""
-    return [
-        tracker.status(q) | {"trigger": ctx.mode_of_query.get(q.name, TriggerMode.MICROBATCH).value}
-        for q in ctx.queries
-    ]
+    """Every query's status (`ProgressTracker.status`, with how it runs: ``trigger``)."""
+    return [tracker.status(q) for q in ctx.queries]
 
 
 def run_pipeline(path: Path, settings: RunSettings) -> None:
@@ -152,6 +161,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         quiet_falling_behind,
         quiet_stopping,
         use_local_checkpoint_files,
+        wait_for_tasks,
     )
 
     pipeline_fn = load_pipeline(path)
@@ -192,6 +202,8 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         security=settings.kafka_security,
     )
     tables_of_query: dict[str, list[str]] = {}
+    # How each query runs (by name), as the context chooses it when it starts the query.
+    mode_of_query: dict[str, TriggerMode] = {}
 
     def on_batch(query: str, batch: int, read: dict[str, dict[str, int]]) -> None:
         for table in tables_of_query.get(query, ()):
@@ -201,7 +213,9 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         tables = tuple(tables_of_query.get(figures.query, ()))
         publisher.query_done(replace(figures, tables=tables))
 
-    tracker = ProgressTracker(on_batch, on_query)
+    tracker = ProgressTracker(
+        on_batch, on_query, lambda query: mode_of_query.get(query, TriggerMode.MICROBATCH)
+    )
     tracker.attach(spark)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -221,6 +235,7 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
         kafka_security=settings.kafka_security,
         kafka_connector=connector,
         tables_of_query=tables_of_query,
+        mode_of_query=mode_of_query,
     )
     status_file = settings.status_file
     if status_file is not None:
@@ -243,6 +258,12 @@ def run_pipeline(path: Path, settings: RunSettings) -> None:
                     query.stop()
                 except Exception as exc:  # a stop error must not hide the first failure
                     log.warning("pipeline: stopping query %r failed: %s", query.name, exc)
+            if not wait_for_tasks(spark, STOP_TASKS_WAIT_S):
+                log.warning(
+                    "pipeline: tasks of the stopped queries still ran after %.0f s; stopping "
+                    "Spark anyway",
+                    STOP_TASKS_WAIT_S,
+                )
         if settings.status_file is not None and ctx.queries:
             _write_status(settings.status_file, _statuses(ctx, tracker), running=False)
         spark.stop()

@@ -126,6 +126,36 @@ def quiet_stopping(spark: SparkSession) -> None:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
 
 
+def wait_for_tasks(spark: SparkSession, timeout_s: float = 10.0) -> bool:
+    """Wait until no task of *spark* runs (at most *timeout_s*); whether none does.
+
+    Stopping a query cancels its job, and its tasks end when they next look (a Real-Time
+    task in its Kafka read, a micro-batch's in its partition): a session stopped before
+    they have ended takes their results and their locks' release for errors, and logs them
+    with their stacks ("Exception in statusUpdate", "Block broadcast_N does not exist").
+    The scheduler counts a task as running until its end is reported.
+    """
+    import time
+
+    from py4j.protocol import Py4JError
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        scheduler = spark.sparkContext._jsc.sc().taskScheduler()
+        while True:
+            running = scheduler.runningTasksByExecutors().valuesIterator()
+            total = 0
+            while running.hasNext():
+                total += int(running.next())
+            if total == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+    except Py4JError:  # a scheduler without the count: the stop goes on
+        return False
+
+
 def _private_local_dir() -> str:
     """A scratch directory for this process's Spark, removed when the process exits.
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sparkiq.core.progress import (
@@ -9,6 +11,7 @@ from sparkiq.core.progress import (
     QueryBatch,
     parse_source_positions,
 )
+from sparkiq.core.triggers import TriggerMode
 
 
 def batch(n: int, pos_end: int, changelog: dict[int, int], table: str = "rewards") -> BatchProgress:
@@ -68,9 +71,13 @@ def figures(n: int, query: str = "routes", time_ms: int = 0) -> QueryBatch:
 def test_query_figures_round_trip_and_an_older_record_takes_the_defaults() -> None:
     f = figures(4)
     assert QueryBatch.from_json(f.to_json()) == f
+    epoch = replace(f, trigger=TriggerMode.REALTIME, batch_ms=5_216, between_epochs_ms=188)
+    assert QueryBatch.from_json(epoch.to_json()) == epoch
     old = QueryBatch.from_json(b'{"query":"q","batch":1,"time_ms":5,"later_field":[1]}')
     assert old == QueryBatch("q", 1, 5)
-    for bad in (b"[", b"{}", b'{"query":"q","batch":"x","time_ms":1}'):
+    assert (old.trigger, old.between_epochs_ms) == (TriggerMode.MICROBATCH, None)
+    unknown_mode = b'{"query":"q","batch":1,"time_ms":1,"trigger":"continuous"}'
+    for bad in (b"[", b"{}", b'{"query":"q","batch":"x","time_ms":1}', unknown_mode):
         with pytest.raises(BadProgress):
             QueryBatch.from_json(bad)
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sparkiq.core.progress import QueryBatch
+from sparkiq.core.triggers import TriggerMode
 from sparkiq.spark.listener import ProgressTracker
 
 pytest_plugins = ["tests.support.spark"]
@@ -86,6 +87,42 @@ def test_the_status_says_when_the_last_batch_finished() -> None:
     tracker.on_progress(progress_event("bare", 1) | {"durationMs": {}})
     bare = tracker.status(SimpleNamespace(name="bare", id="q-2", isActive=True))  # type: ignore[arg-type]
     assert before <= bare["finished_at"] <= time.time()
+
+
+def test_a_real_time_epoch_is_told_as_such_with_the_time_between_epochs() -> None:
+    # Spark 4.2's progress of a Kafka-to-Kafka query in Real-Time Mode (an epoch of a planned
+    # 5 s): the duration is the epoch's; its tasks ran for addBatch of it.
+    figures: list[QueryBatch] = []
+    modes = {"routes": TriggerMode.REALTIME}
+    tracker = ProgressTracker(
+        on_query=figures.append, mode_of=lambda q: modes.get(q, TriggerMode.MICROBATCH)
+    )
+    epoch = progress_event("routes", 1, {"pos": {"0": 304}})
+    epoch["durationMs"] = {
+        "addBatch": 5028,
+        "commitOffsets": 63,
+        "getBatch": 1,
+        "latestOffset": 9,
+        "queryPlanning": 20,
+        "triggerExecution": 5216,
+        "walCommit": 91,
+    }
+    tracker.on_progress(epoch)
+    tracker.on_progress(
+        progress_event("tables", 7, {"pos": {"0": 300}}) | {"durationMs": epoch["durationMs"]}
+    )
+    tracker.on_progress(progress_event("routes", 2) | {"durationMs": {"triggerExecution": 5100}})
+    assert [(f.query, f.trigger, f.batch_ms, f.between_epochs_ms) for f in figures] == [
+        ("routes", TriggerMode.REALTIME, 5216, 188),
+        ("tables", TriggerMode.MICROBATCH, 5216, None),  # a micro-batch's time is its duration
+        ("routes", TriggerMode.REALTIME, 5100, None),  # Spark gave no addBatch
+    ]
+    status = tracker.status(SimpleNamespace(name="routes", id="q", isActive=True))  # type: ignore[arg-type]
+    assert (status["trigger"], status["batch_ms"]) == ("realtime", 5100)
+    # Spark refused Real-Time Mode and the query runs in micro-batches now: the status says so.
+    modes.clear()
+    status = tracker.status(SimpleNamespace(name="routes", id="q", isActive=True))  # type: ignore[arg-type]
+    assert status["trigger"] == "microbatch"
 
 
 @pytest.mark.spark

@@ -1,6 +1,6 @@
 """`sparkiq run` (sparkiq/spark/runner.py): a batch that the stop cuts off is no error in the
 pipeline's log; which failures of a query are worth starting it again from its checkpoint,
-and how often. (Running pipelines: tests/e2e.)"""
+and how often; what its progress lines say. (Running pipelines: tests/e2e.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from sparkiq.spark.realtime import REALTIME_EXTRA_SLOTS, TriggerMode
-from sparkiq.spark.runner import RestartBudget, RunSettings, _master, _py4j_quiet, restart_reason
+from sparkiq.spark.runner import (
+    RestartBudget,
+    RunSettings,
+    _master,
+    _progress_line,
+    _py4j_quiet,
+    restart_reason,
+)
 
 PY4J_SAYS = "There was an exception while executing the Python Proxy on the Python Side."
 
@@ -63,3 +70,25 @@ def test_a_local_real_time_run_gets_task_slots_for_its_sources(
     assert _master(RunSettings("b", Path("c"))) is None  # local_session's default
     given = RunSettings("b", Path("c"), master="spark://h:7077", trigger_mode=TriggerMode.REALTIME)
     assert _master(given) == "spark://h:7077"
+
+
+def test_a_real_time_epoch_reads_as_one_and_a_micro_batch_as_before() -> None:
+    status = {
+        "name": "pos-routes",
+        "trigger": "realtime",
+        "batch": 12,
+        "input_rows": 249,
+        "input_rows_per_s": 46.8,
+        "processed_rows_per_s": 47.7,
+        "batch_ms": 5222,
+        "between_epochs_ms": 164,
+        "observed_total": {"routes": {"dead_letters": 2}},
+    }
+    assert _progress_line(status) == (
+        "[pos-routes] (real-time) epoch 12: 249 rows, 47 rows/s in; epoch 5222 ms (records pass "
+        "through as they arrive), 164 ms between epochs dead_letters=2"
+    )
+    batch = status | {"name": "tables", "trigger": "microbatch", "batch_ms": 180}
+    assert _progress_line(batch) == (
+        "[tables] batch 12: 249 rows, 48 rows/s processed, 180 ms dead_letters=2"
+    )

@@ -1,9 +1,11 @@
 """The local session's settings: two task slots per core by default; checkpoints on the local
 file system written without forks; Spark's falling-behind warnings quiet; the installed Kafka
-connector's jars after the caller's."""
+connector's jars after the caller's; a stop that waits for cancelled tasks to end."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from sparkiq.spark.session import (
     default_local_master,
     quiet_falling_behind,
     use_local_checkpoint_files,
+    wait_for_tasks,
 )
 
 pytest_plugins = ["tests.support.spark"]
@@ -86,3 +89,29 @@ def test_the_connectors_jars_join_the_jars_the_caller_gave() -> None:
     empty: dict[str, str] = {}
     _with_jars(empty, [Path("/c/k.jar")])
     assert empty == {"spark.jars": "/c/k.jar"}
+
+
+def test_the_stop_waits_until_cancelled_tasks_have_ended(spark: Any) -> None:
+    sc = spark.sparkContext
+    ended = threading.Event()
+
+    def long_job() -> None:
+        sc.setJobGroup("sparkiq-test-long-job", "cancelled below", interruptOnCancel=True)
+        try:
+            spark.range(10**12).where("id % 1000003 = 1").count()
+        except Exception:  # cancelled
+            pass
+        finally:
+            ended.set()
+
+    job = threading.Thread(target=long_job, daemon=True)
+    job.start()
+    deadline = time.monotonic() + 60
+    while wait_for_tasks(spark, 0.0):  # until its tasks run (it would run for hours)
+        assert not ended.is_set(), "the job ended before it was cancelled"
+        assert time.monotonic() < deadline, "its tasks were never seen running"
+        time.sleep(0.05)
+    sc.cancelJobGroup("sparkiq-test-long-job")
+    assert wait_for_tasks(spark, 30.0)
+    assert ended.wait(30.0)
+    job.join(30.0)

@@ -73,4 +73,6 @@ def figures(batch: QueryBatch) -> dict[str, object]:
         "state_rows": batch.state_rows,
         "dead_letters": batch.dead_letters,
         "dead_letters_total": batch.dead_letters_total,
+        "trigger": batch.trigger.value,
+        "between_epochs_ms": batch.between_epochs_ms,
     }

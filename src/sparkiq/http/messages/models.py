@@ -22,6 +22,7 @@ from pydantic_core import core_schema
 
 from sparkiq.core.partitioner import Partitioner
 from sparkiq.core.tables import Format, TableKind, WindowLayout
+from sparkiq.core.triggers import TriggerMode
 from sparkiq.http.messages.errorcodes import ErrorCode
 
 Count = Annotated[int, Field(ge=0)]
@@ -406,7 +407,10 @@ class QueryFigures(BaseModel):
     input_rows: Count
     input_rows_per_s: float = Field(ge=0)
     processed_rows_per_s: float = Field(ge=0)
-    batch_ms: Count | None = Field(description="The batch's duration; null if Spark gave none.")
+    batch_ms: Count | None = Field(
+        description="The batch's duration; null if Spark gave none. In Real-Time Mode the "
+        "epoch's length: records pass through as they arrive, within it."
+    )
     state_rows: Count | None = Field(
         description="Rows in the query's state stores; null for a stateless query."
     )
@@ -414,6 +418,15 @@ class QueryFigures(BaseModel):
         description="Records this batch counted in an observed metric named `dead_letters`."
     )
     dead_letters_total: Count = Field(description="The same, since the pipeline started.")
+    trigger: TriggerMode = Field(
+        description="How the query runs: micro-batches, or Spark's Real-Time Mode (a batch is "
+        "then an epoch)."
+    )
+    between_epochs_ms: Count | None = Field(
+        description="Real-Time Mode: the epoch's time outside its tasks (offset and commit "
+        "logs, planning), when records that arrive wait for the next epoch; null in "
+        "micro-batches."
+    )
 
 
 class PipelineQuery(BaseModel):

@@ -89,6 +89,8 @@ async def test_the_latest_batch_and_the_history_since_a_time() -> None:
         "state_rows": 2,
         "dead_letters": 1,
         "dead_letters_total": 3,
+        "trigger": "microbatch",
+        "between_epochs_ms": None,
     }
     assert [b["batch"] for b in query["history"]] == [1, 2]
     assert [b["batch"] for b in since.json()["queries"][0]["history"]] == [2]

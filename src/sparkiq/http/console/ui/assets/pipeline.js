@@ -1,5 +1,8 @@
 // The pipeline: every streaming query `sparkiq run` runs, its latest micro-batch and small
-// charts of its recent ones.
+// charts of its recent ones. A query in Spark's Real-Time Mode reports an epoch per "batch":
+// its length is planned (how often offsets are checkpointed), not a processing time, since
+// each record passes through as it arrives; its card shows the epoch as such and the time
+// between epochs, when arriving records wait, instead of a batch duration.
 
 import { get } from "./api.js";
 import { h, keyValues, num, replace, time } from "./dom.js";
@@ -24,13 +27,21 @@ export function pipelineView({ session, body }) {
     const now = doc.time_ms;
     for (const q of doc.queries) {
       let entry = queries.get(q.name);
+      if (entry && entry.realtime !== isRealtime(q.latest)) {
+        // The query runs in the other mode now (Spark refused Real-Time Mode): a new card.
+        entry.charts.forEach((c) => c.destroy());
+        entry.card.remove();
+        entry = null;
+      }
       if (!entry) {
         entry = card(q);
         queries.set(q.name, entry);
         list.append(entry.card);
         entry.charts = [
           new TimeChart(entry.rates, "rows per second", ["input", "processed"]),
-          new TimeChart(entry.durations, "batch duration", ["seconds"], { unit: " s" }),
+          entry.realtime
+            ? new TimeChart(entry.durations, "time between epochs", ["ms"], { unit: " ms" })
+            : new TimeChart(entry.durations, "batch duration", ["seconds"], { unit: " s" }),
           new TimeChart(entry.state, "state rows and dead letters", ["state rows", "dead letters (total)"], { twoScales: true }),
         ];
       }
@@ -47,8 +58,14 @@ export function pipelineView({ session, body }) {
   });
 }
 
+// Whether a batch is a Real-Time epoch (figures from an older pipeline carry no trigger).
+export function isRealtime(b) {
+  return b.trigger === "realtime";
+}
+
 function card(q) {
   const entry = {
+    realtime: isRealtime(q.latest),
     history: [],
     facts: h("div"),
     rates: h("div"),
@@ -58,7 +75,13 @@ function card(q) {
   entry.card = h(
     "section",
     { class: "query", "data-query": q.name },
-    h("h2", {}, q.name, h("span", { class: "muted" }, q.tables.length ? ` writes ${q.tables.join(", ")}` : " writes topics only")),
+    h(
+      "h2",
+      {},
+      q.name,
+      h("span", { class: "muted" }, q.tables.length ? ` writes ${q.tables.join(", ")}` : " writes topics only"),
+      entry.realtime && h("span", { class: "mode" }, "real-time"),
+    ),
     entry.facts,
     h("div", { class: "charts" }, entry.rates, entry.durations, entry.state),
   );
@@ -68,19 +91,40 @@ function card(q) {
 function show(entry, q, now) {
   const b = q.latest;
   const age = Math.max(0, Math.round((now - b.time_ms) / 1000));
+  const ms = (v) => (v === null || v === undefined ? "–" : `${num(v)} ms`);
+  const dead = ["dead letters", `${num(b.dead_letters_total)} since start (${num(b.dead_letters)} in this ${entry.realtime ? "epoch" : "batch"})`];
+  const state = ["state rows", b.state_rows === null ? "stateless" : num(b.state_rows)];
   replace(
     entry.facts,
-    keyValues([
-      ["batch", `${b.batch} (${age} s ago, ${time(b.time_ms)})`],
-      ["input", `${num(b.input_rows)} rows, ${num(b.input_rows_per_s)} rows/s`],
-      ["processed", `${num(b.processed_rows_per_s)} rows/s`],
-      ["batch duration", b.batch_ms === null ? "–" : `${num(b.batch_ms)} ms`],
-      ["state rows", b.state_rows === null ? "stateless" : num(b.state_rows)],
-      ["dead letters", `${num(b.dead_letters_total)} since start (${num(b.dead_letters)} in this batch)`],
-    ]),
+    keyValues(
+      entry.realtime
+        ? [
+            ["mode", "real-time: each record is processed as it arrives; offsets are checkpointed and progress reported once per epoch"],
+            ["epoch", `${b.batch} (ended ${age} s ago, ${time(b.time_ms)})`],
+            ["input", `${num(b.input_rows)} rows, ${num(b.input_rows_per_s)} rows/s`],
+            ["epoch length", `${ms(b.batch_ms)} (planned: not a processing time)`],
+            ["between epochs", `${ms(b.between_epochs_ms)} (records that arrive then wait for the next epoch)`],
+            ["record latency", "not reported by Spark in Real-Time Mode"],
+            state,
+            dead,
+          ]
+        : [
+            ["batch", `${b.batch} (${age} s ago, ${time(b.time_ms)})`],
+            ["input", `${num(b.input_rows)} rows, ${num(b.input_rows_per_s)} rows/s`],
+            ["processed", `${num(b.processed_rows_per_s)} rows/s`],
+            ["batch duration", ms(b.batch_ms)],
+            state,
+            dead,
+          ],
+    ),
   );
   const xs = entry.history.map((x) => x.time_ms);
   entry.charts[0].update(xs, [entry.history.map((x) => x.input_rows_per_s), entry.history.map((x) => x.processed_rows_per_s)]);
-  entry.charts[1].update(xs, [entry.history.map((x) => (x.batch_ms === null ? null : x.batch_ms / 1000))]);
+  entry.charts[1].update(
+    xs,
+    entry.realtime
+      ? [entry.history.map((x) => (x.between_epochs_ms === null || x.between_epochs_ms === undefined ? null : x.between_epochs_ms))]
+      : [entry.history.map((x) => (x.batch_ms === null ? null : x.batch_ms / 1000))],
+  );
   entry.charts[2].update(xs, [entry.history.map((x) => x.state_rows), entry.history.map((x) => x.dead_letters_total)]);
 }
