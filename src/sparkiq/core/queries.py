@@ -18,6 +18,7 @@ class FailureReason(StrEnum):
     NOT_FOUND = "not_found"  # 404: the key is absent (or deleted)
     BAD_REQUEST = "bad_request"  # 400: key/parameter does not parse, body malformed
     NOT_WINDOWED = "not_windowed"  # 400: a window query on a kv table
+    WINDOWED = "windowed"  # 400: a key read or key watch on a windowed table
     TOO_LARGE = "too_large"  # 413: key or body over the limit
     LOOP_DETECTED = "loop_detected"  # 508: hop limit reached while forwarding
     UNAVAILABLE = "unavailable"  # 503 + Retry-After: restoring / moving / owner unreachable

@@ -391,6 +391,8 @@ class HttpApi:
     async def _get_key(
         self, table: TableDef, key_text: str, params: Params, call: Call, body: bytes
     ) -> Answer:
+        if table.is_windowed:
+            return failed(windows.per_window(table, "a key read", key_text))
         wire = parse_key_text(table, key_text, self.settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failed(wire)

@@ -38,6 +38,12 @@ class ErrorCode(StrEnum):
         "twice, or the request is not HTTP the node can read (the connection closes)",
     )
     NOT_WINDOWED = "not_windowed", 400, "a windows query on a table that is not windowed"
+    WINDOWED = (
+        "windowed",
+        400,
+        "a key read, multi-get or key watch on a windowed table, where a key has a value per "
+        "window: its windows are read at `GET .../keys/{key}/windows`",
+    )
     UNAUTHENTICATED = "unauthenticated", 401, "credentials missing, invalid or expired"
     FORBIDDEN = (
         "forbidden",

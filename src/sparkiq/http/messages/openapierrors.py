@@ -36,7 +36,7 @@ class ErrorSpec:
 
 _E = ErrorCode
 ERRORS = {
-    "BadRequest": ErrorSpec(400, (_E.BAD_REQUEST, _E.NOT_WINDOWED)),
+    "BadRequest": ErrorSpec(400, (_E.BAD_REQUEST, _E.NOT_WINDOWED, _E.WINDOWED)),
     "Unauthenticated": ErrorSpec(401, (_E.UNAUTHENTICATED,), headers=("WWW-Authenticate",)),
     "Forbidden": ErrorSpec(403, (_E.FORBIDDEN, _E.NOT_A_CLUSTER_NODE)),
     "NotFound": ErrorSpec(404, (_E.UNKNOWN_TABLE, _E.NOT_FOUND, _E.NO_ROUTE)),

@@ -18,7 +18,8 @@ A key of a table of partitioner `any` (no partition follows from a key) is looke
 every partition the same way; one asked by another node is declined to the generic path.
 `sparkiq.http.reads.keyread` holds the read itself and the values a pending read carries.
 
-Anything else -- a path of another shape, an unknown table, a key that does not parse or is
+Anything else -- a path of another shape, an unknown or windowed table, a key that does not
+parse or is
 over the limit, a malformed sparkiq header -- returns None before anything is read, and the
 adapter passes the request to `HttpApi.handle`, which answers it by the full rules. An
 unexpected error becomes the same 500 as there (`HttpApi.error_answer`). The answers are the
@@ -341,7 +342,7 @@ class KeyPath(Beyond):
         if isinstance(name, Failure):
             return None
         table = self._view.table(name)
-        if table is None:
+        if table is None or table.is_windowed:  # windowed: the generic path's 400
             return None
         entry = TableEntry(
             table,

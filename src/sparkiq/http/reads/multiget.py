@@ -28,12 +28,15 @@ from sparkiq.http.reads.apiparts import ApiParts
 from sparkiq.http.reads.elsewhere import looks_everywhere, probed_partitions
 from sparkiq.http.reads.gather import Gathered, decode_wire_keys, gather, probe_items
 from sparkiq.http.reads.locate import Call
+from sparkiq.http.reads.windows import per_window
 
 
 async def multi_get(
     api: ApiParts, table: TableDef, params: Params, call: Call, body: bytes
 ) -> Answer:
     settings = api.settings
+    if table.is_windowed:
+        return _fail(per_window(table, "a multi-get"))
     if len(body) > settings.max_body_bytes:
         return _fail(
             Failure(FailureReason.TOO_LARGE, f"body is over {settings.max_body_bytes} bytes")

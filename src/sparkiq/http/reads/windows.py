@@ -11,6 +11,7 @@ to pass as `cursor` for the next page.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import orjson
 
@@ -47,6 +48,20 @@ class WindowsQuery:
     limit: int
     order: Order = Order.ASC
     after: bytes | None = None  # the cursor: the store key of the last window of a page
+
+
+def per_window(table: TableDef, what: str, key_text: str | None = None) -> Failure:
+    """The 400 of *what* (a key read, a multi-get, a watch of a key) on a windowed table: a key
+    there has a value per window, none of its own, and the answer says where its windows are
+    (a 404 would say the key is absent when it has windows)."""
+    path = f"/v1/tables/{quote(table.name, safe='')}"
+    key = "{key}" if key_text is None else quote(key_text, safe="")
+    return Failure(
+        FailureReason.WINDOWED,
+        f"table {table.name!r} is windowed: a key has a value per window, so {what} has no "
+        f"single value to give; read the key's windows at GET {path}/keys/{key}/windows and "
+        f"watch them at GET {path}/changes?from={key}&to={key}",
+    )
 
 
 def parse(

@@ -45,6 +45,7 @@ from sparkiq.http.messages.wire import FORWARD_HEADERS
 from sparkiq.http.reads.apiparts import ApiParts, Headers
 from sparkiq.http.reads.locate import Call
 from sparkiq.http.reads.ranges import range_bounds
+from sparkiq.http.reads.windows import per_window
 from sparkiq.http.seam import Stream
 from sparkiq.http.settings import FALLBACK_PARAM
 from sparkiq.http.watches.keywatch import KeyWatcher, WatchedKey, parse_event_id
@@ -105,6 +106,8 @@ class Watches:
         if isinstance(request, Failure):
             return failure_response(request)
         table, key_text, _, call = request
+        if table.is_windowed:
+            return failure_response(per_window(table, "a watch of a key", key_text))
         wire = parse_key_text(table, key_text, settings.max_key_bytes)
         if isinstance(wire, Failure):
             return failure_response(wire)

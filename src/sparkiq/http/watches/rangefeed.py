@@ -41,8 +41,11 @@ class WatchedRange:
     query: dict[str, str]  # the parameters a relay repeats (bounds, max_lag)
 
     def accepts(self, store_key: bytes) -> bool:
-        """Whether a key (its store form) is in the range."""
+        """Whether a key (its store form) is in the range: on a windowed table, whether the
+        key of the window is (all of a key's windows are in a range that ends at the key)."""
         lo, hi, prefix = self.lo, self.hi, self.prefix
+        if self.table.is_windowed:
+            store_key = store_key[:-8]  # less the window start (`split_window_store_key`)
         return (
             (lo is None or store_key >= lo)
             and (hi is None or store_key <= hi)

@@ -356,6 +356,22 @@ async def test_windows_errors(client: httpx.AsyncClient) -> None:
     assert_error(r, 400, "bad_request")
 
 
+async def test_a_key_of_a_windowed_table_is_read_by_its_windows_not_as_one_value(
+    client: httpx.AsyncClient,
+) -> None:
+    # "alice" has three windows: a 404 would say it is absent. The answer says where they are.
+    message = assert_error(await client.get("/v1/tables/clicks/keys/alice"), 400, "windowed")
+    assert "GET /v1/tables/clicks/keys/alice/windows" in message
+    assert "GET /v1/tables/clicks/changes?from=alice&to=alice" in message
+    r = await client.post("/v1/tables/clicks/multi-get", json={"keys": ["alice"]})
+    assert "GET /v1/tables/clicks/keys/{key}/windows" in assert_error(r, 400, "windowed")
+    r = await client.get("/v1/tables/clicks/keys/alice/watch")
+    assert "a watch of a key" in assert_error(r, 400, "windowed")
+    # The windows are there, and a kv table's key reads as before.
+    assert len((await client.get("/v1/tables/clicks/keys/alice/windows")).json()["items"]) == 3
+    assert (await client.get("/v1/tables/users/keys/user-03")).status_code == 200
+
+
 async def test_owner_names_active_and_standbys(client: httpx.AsyncClient, view: StaticView) -> None:
     partition = put_value(view, USERS, "user-03", {"n": 3})
     view.set_placement((USERS.topic, partition), "http://node-b", ("http://node-c", ME))
