@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,8 +136,6 @@ def wait_for_tasks(spark: SparkSession, timeout_s: float = 10.0) -> bool:
     with their stacks ("Exception in statusUpdate", "Block broadcast_N does not exist").
     The scheduler counts a task as running until its end is reported.
     """
-    import time
-
     from py4j.protocol import Py4JError
 
     deadline = time.monotonic() + timeout_s

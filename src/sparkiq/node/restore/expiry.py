@@ -235,6 +235,7 @@ class WindowExpiry:
         now = time.monotonic() if now is None else now
         budget = self.chunk
         went_on = list(self._passing.items())  # a sweep goes on once a step
+        gone_on = {tp for tp, _ in went_on}
         for tp, sweep in went_on:
             if budget <= 0 or (budget < self.chunk and not slices.go_on()):
                 break
@@ -261,7 +262,7 @@ class WindowExpiry:
             sweep.note(replica.newest_start)
             if sweep.in_pass or retention is None or not sweep.is_due(retention, now):
                 continue
-            if went_on and any(tp == replica.tp for tp, _ in went_on):
+            if replica.tp in gone_on:
                 continue  # its pass ended in this step: the next begins at the next one
             budget -= self._go_on(replica.tp, sweep, budget, slices, now)
         return self.chunk - budget
