@@ -19,11 +19,11 @@ every partition the same way; one asked by another node is declined to the gener
 `sparkiq.http.reads.keyread` holds the read itself and the values a pending read carries.
 
 Anything else -- a path of another shape, an unknown or windowed table, a key that does not
-parse or is
-over the limit, a malformed sparkiq header -- returns None before anything is read, and the
-adapter passes the request to `HttpApi.handle`, which answers it by the full rules. An
-unexpected error becomes the same 500 as there (`HttpApi.error_answer`). The answers are the
-same bytes either way: tests/unit/http/test_keypath.py checks each case against the generic path.
+parse or is over the limit, a malformed sparkiq header -- returns None before anything is
+read, and the adapter passes the request to `HttpApi.handle`, which answers it by the full
+rules. An unexpected error becomes the same 500 as there (`HttpApi.error_answer`). The
+answers are the same bytes either way: tests/unit/http/reads/test_keypath.py checks each case
+against the generic path.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sparkiq.core.partitioner import partition_for
-from sparkiq.core.tables import Format, TableDef
+from sparkiq.core.tables import Format, TableDef, TableKind
 from sparkiq.dev.ports import free_port
 from sparkiq.http import AsgiApp, HttpApi, HttpServer, HttpSettings
 from sparkiq.http.messages.responses import Outcome
@@ -27,12 +27,13 @@ ME = "http://node-a"
 OTHER = "http://node-b"
 USERS = TableDef("users", "users-changelog", 4)
 COUNTS = TableDef("counts", "counts-changelog", 3, key_format=Format.LONG, value_format=Format.LONG)
+CLICKS = TableDef("clicks", "clicks-changelog", 2, kind=TableKind.WINDOWED, window_size_ms=60_000)
 ODD_KEYS = ["a/b c%d", "été", 'quo"te', "back\\slash", "plus+sign", "semi;colon"]
 
 
 def make_view() -> StaticView:
-    view = StaticView(ME, [USERS, COUNTS])
-    for table in (USERS, COUNTS):
+    view = StaticView(ME, [USERS, COUNTS, CLICKS])
+    for table in (USERS, COUNTS, CLICKS):
         view.place_all(table, {p: ME for p in range(table.partitions)})
     for i in range(20):
         put_value(view, USERS, f"user-{i:02d}", {"n": i})
@@ -40,6 +41,7 @@ def make_view() -> StaticView:
         put_value(view, USERS, key, {"odd": key})
     for n in (-5, 0, 7):
         put_value(view, COUNTS, n, n * 10)
+    put_value(view, CLICKS, "alice", {"clicks": 1}, window_start=60_000)
     return view
 
 
@@ -211,6 +213,7 @@ async def test_metrics_count_key_path_answers(api: HttpApi, client: httpx.AsyncC
         ("/v1/tables/users/keys/" + "x" * 4097, {}, 413, "too_large"),
         ("/v1/tables/users/keys/" + "%C3%A9" * 2049, {}, 413, "too_large"),  # 4098 bytes
         ("/v1/tables/counts/keys/twelve", {}, 400, "bad_request"),
+        ("/v1/tables/clicks/keys/alice", {}, 400, "windowed"),  # a value per window
         ("/v1/tables/users/keys/user-01", {"x-sparkiq-hops": "many"}, 400, "bad_request"),
         (
             "/v1/tables/users/keys/user-01",
@@ -238,6 +241,7 @@ async def test_declining_reads_nothing(api: HttpApi, view: StaticView) -> None:
     before = store.reads
     assert await api.keys.answer(b"/v1/tables/counts/keys/twelve", None, None) is None
     assert await api.keys.answer(b"/v1/tables/users/keys/a/b", None, None) is None
+    assert await api.keys.answer(b"/v1/tables/clicks/keys/alice", None, None) is None
     assert store.reads == before
     assert api.metrics.count("key") == 0  # the generic path counts what it then answers
 
